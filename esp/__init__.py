@@ -1,0 +1,6 @@
+"""ESP Explorer's engine: Embedding-Space Probing and training-free baselines on Hugging Face causal LMs."""
+from .engine import Decoder, Generation
+from .errors import ESPError
+from .sampling import Sampling
+
+__all__ = ["Decoder", "ESPError", "Generation", "Sampling"]

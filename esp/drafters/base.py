@@ -1,0 +1,76 @@
+"""The one decoder interface: a drafter proposes a block, the engine verifies and commits it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..layout import Extra, Layout
+from ..lm import LM
+from ..sampling import Sampling
+from ..tree import DraftTree
+
+
+@dataclass
+class Proposal:
+    """What a drafter wants fed this step: a tree off the root, ESP masks, extra rows."""
+
+    tree: DraftTree
+    k: int = 0  # mask tokens attached to every node
+    mask_embeds: torch.Tensor | None = None  # (k, H): input embedding of mask j, shared by all nodes
+    extra: Extra | None = None
+
+
+@dataclass
+class Context:
+    """The decoding state a drafter may read."""
+
+    lm: LM
+    tokens: list[int]  # prompt + output so far; tokens[-1] is this step's root
+    n_prompt: int
+    sampling: Sampling
+    step: int
+    align: bool = False  # collect per-layer alignment (ESP)
+
+
+@dataclass
+class StepResult:
+    """What the step's forward and verification produced, for the drafter to learn from."""
+
+    proposal: Proposal
+    layout: Layout
+    hidden: torch.Tensor  # (B, H) post-norm hidden states of the block rows (root first)
+    layers: tuple[torch.Tensor, ...] | None  # per layer (B, H), when alignment is on
+    node_logits: torch.Tensor  # (N+1, V) target logits at root and nodes
+    path: list[int]  # accepted nodes, root first
+    bonus: int
+    root_pos: int
+    emitted: list[int]
+    prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
+
+
+@dataclass
+class Notes:
+    """What a drafter adds to the step's trace."""
+
+    ema: dict[str, float] | None = None
+    alignment: list = field(default_factory=list)
+
+
+class Drafter:
+    """Drafts nothing: plain autoregressive decoding through the same machinery."""
+
+    name = "ar"
+
+    def start(self, ctx: Context) -> None:
+        """Reset for a new prompt (ctx.tokens is the prompt)."""
+
+    def propose(self, ctx: Context) -> Proposal:
+        return Proposal(DraftTree.root_only(ctx.tokens[-1]))
+
+    def observe(self, ctx: Context, res: StepResult) -> Notes:
+        """Learn from the verified step; return what goes into its trace."""
+        return Notes()
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,162 @@
+"""ESP: the frozen model drafts its own future from soft mask tokens (Embedding-Space Probing)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..alignment import AlignmentTracker
+from ..errors import ESPError
+from ..tree import DraftTree, dynamic_tree, static_tree
+from .base import Context, Drafter, Notes, Proposal, StepResult
+
+# The paper's static shapes per (BC, k).
+PAPER_SHAPES = {
+    (60, 1): [29], (60, 2): [15, 4], (60, 3): [7, 5, 3],
+    (30, 1): [14], (30, 2): [7, 2],
+    (10, 1): [4], (10, 2): [2, 1],
+}
+INITS = ("mean", "sample", "lastk")
+TREES = ("static", "dynamic")
+
+
+def default_shape(bc: int, k: int) -> list[int]:
+    """The paper's shape where it gives one, else N = BC/(k+1) - 1 nodes weighted (k-i+1)^2 by depth."""
+    if (bc, k) in PAPER_SHAPES:
+        return list(PAPER_SHAPES[(bc, k)])
+    n = bc // (k + 1) - 1
+    w = [(k - i) ** 2 for i in range(k)]
+    shape = [max(1, n * x // sum(w)) for x in w]
+    shape[0] += n - sum(shape)
+    return shape
+
+
+@dataclass(frozen=True)
+class ESPConfig:
+    """ESP's knobs; `shape` overrides the static tree (its block size then sets the budget)."""
+
+    k: int = 2
+    bc: int = 30
+    lam: float = 0.1
+    tree: str = "static"
+    init: str = "mean"
+    shape: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if not (isinstance(self.k, int) and 1 <= self.k <= 4):
+            raise ESPError(f"k (mask tokens) must be an integer from 1 to 4, not {self.k}.")
+        if not 0 <= self.lam <= 1:
+            raise ESPError(f"lambda (EMA rate) must be in [0, 1], not {self.lam}.")
+        if self.tree not in TREES:
+            raise ESPError(f"tree must be 'static' or 'dynamic', not {self.tree!r}.")
+        if self.init not in INITS:
+            raise ESPError(f"mask init must be one of {', '.join(INITS)}, not {self.init!r}.")
+        least = (self.k + 1) ** 2
+        if self.shape is None and self.bc < least:
+            raise ESPError(
+                f"BC={self.bc} is too small for k={self.k}: one node per depth already needs "
+                f"(k+1)^2 = {least} tokens; raise BC or lower k."
+            )
+        if self.shape is not None and (len(self.shape) != self.k or min(self.shape) < 1):
+            raise ESPError(f"a static shape needs k={self.k} positive widths, not {list(self.shape)}.")
+
+    @property
+    def static_shape(self) -> list[int]:
+        return list(self.shape) if self.shape else default_shape(self.bc, self.k)
+
+    @property
+    def n_nodes(self) -> int:
+        """Draft nodes per step (root excluded)."""
+        if self.tree == "dynamic" and self.shape is None:
+            return self.bc // (self.k + 1) - 1
+        return sum(self.static_shape)
+
+
+class ESPDrafter(Drafter):
+    """Mask tokens m (initialised from the prompt, EMA-updated) drafts the next tree from the masks of
+    the last accepted node."""
+
+    name = "esp"
+
+    def __init__(self, config: ESPConfig = ESPConfig()):
+        self.cfg = config
+        self.m: torch.Tensor | None = None
+        self.m0: torch.Tensor | None = None
+        self.dists: torch.Tensor | None = None
+        self.align: AlignmentTracker | None = None
+
+    def describe(self) -> str:
+        c = self.cfg
+        tree = f"dynamic N={c.n_nodes}" if c.tree == "dynamic" else f"static {c.static_shape}"
+        return f"esp k={c.k} bc={c.bc} {tree} lam={c.lam} init={c.init}"
+
+    def start(self, ctx: Context) -> None:
+        e = ctx.lm.embed(ctx.tokens)
+        acc = torch.float64 if e.dtype == torch.float64 else torch.float32
+        e = e.to(acc)
+        k = self.cfg.k
+        if self.cfg.init == "mean":
+            m = e.mean(0).expand(k, -1)
+        elif self.cfg.init == "lastk":
+            m = e[-k:] if len(e) >= k else torch.cat([e[:1].expand(k - len(e), -1), e])
+        else:
+            mu, sigma = _table_stats(ctx.lm)
+            g = torch.Generator().manual_seed(ctx.sampling.seed)
+            m = mu + sigma * torch.randn(k, mu.numel(), generator=g, dtype=torch.float64).to(mu)
+        self.m = m.to(acc).clone()
+        self.m0 = self.m.clone()
+        self.dists = None
+        self.align = None
+
+    def propose(self, ctx: Context) -> Proposal:
+        root = ctx.tokens[-1]
+        if self.dists is None:
+            tree = DraftTree.root_only(root)
+        elif self.cfg.tree == "static":
+            tree = static_tree(root, self.dists, self.cfg.static_shape)
+        else:
+            tree = dynamic_tree(root, self.dists, self.cfg.n_nodes)
+        return Proposal(tree, k=self.cfg.k, mask_embeds=self.m.to(ctx.lm.dtype))
+
+    def observe(self, ctx: Context, res: StepResult) -> Notes:
+        last = res.path[-1]
+        rows = res.layout.mask_rows(last)
+        self.dists = torch.softmax(ctx.lm.head(res.hidden[rows]), dim=-1)
+        notes = Notes()
+        if ctx.align and res.layers is not None:
+            notes.alignment = self._align(ctx, res, rows)
+        e = ctx.lm.embed(res.emitted).to(self.m.dtype)
+        lam = self.cfg.lam
+        for x in e:
+            self.m += lam * (x - self.m)
+        notes.ema = {
+            "norm": float(self.m.norm(dim=-1).mean()),
+            "cos_init": float(torch.cosine_similarity(self.m, self.m0, dim=-1).mean()),
+        }
+        return notes
+
+    def _align(self, ctx: Context, res: StepResult, mask_rows: list[int]) -> list:
+        states = torch.stack(res.layers)  # (L+1, B, H)
+        depths = res.proposal.tree.depths
+        if self.align is None:
+            prompt = states[:, :1] if res.prefix_layers is None else torch.cat([torch.stack(res.prefix_layers), states[:, :1]], 1)
+            self.align = AlignmentTracker(prompt.mean(1))
+        else:
+            self.align.label(ctx.step - 1, len(res.path) - 1)
+        self.align.add_real([res.root_pos + depths[i] for i in res.path], states[:, res.path])
+        d = depths[res.path[-1]]
+        self.align.add_masks(ctx.step, [res.root_pos + d + j for j in range(1, self.cfg.k + 1)], states[:, mask_rows])
+        return self.align.resolve()
+
+
+_STATS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _table_stats(lm) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension mean and std of the (scaled) input embedding table."""
+    key = id(lm)
+    if key not in _STATS:
+        w = lm.model.get_input_embeddings().weight.detach().double()
+        scale = lm.embed([0]).double()[0].norm() / w[0].norm().clamp_min(1e-12)
+        _STATS[key] = (w.mean(0) * scale, w.std(0) * scale)
+    return _STATS[key]

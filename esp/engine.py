@@ -1,0 +1,194 @@
+"""The decoding loop shared by every method: propose -> one forward -> verify -> commit -> trace."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from .drafters.base import Context, Drafter, Notes, Proposal, StepResult
+from .errors import ESPError
+from .kvcache import commit
+from .layout import Layout, make_layouts
+from .lm import LM
+from .sampling import Sampling
+from .trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
+from .verify import verify
+
+
+@dataclass
+class Generation:
+    """A finished run: the tokens, their text, every step's trace and the summary."""
+
+    tokens: list[int]
+    text: str
+    steps: list[StepTrace]
+    summary: RunSummary
+
+
+class Decoder:
+    """Runs one drafter through the shared tree / mask / cache / verify machinery."""
+
+    def __init__(
+        self,
+        lm: LM,
+        drafter: Drafter | None = None,
+        sampling: Sampling = Sampling(),
+        max_new_tokens: int = 128,
+        layouts: str = "efficient",
+        align: bool = False,
+        trace_mask: bool = True,
+    ):
+        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+            raise ESPError(f"max new tokens must be a positive integer, not {max_new_tokens}.")
+        self.lm = lm
+        self.drafter = drafter or Drafter()
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        self.layouts = make_layouts(layouts)
+        self.align = align
+        self.trace_mask = trace_mask
+        self._cuda = lm.device.type == "cuda"
+
+    def check_prompt(self, prompt_ids: list[int]) -> None:
+        """Reject prompts the model cannot take, with one clear sentence."""
+        if not prompt_ids:
+            raise ESPError("The prompt is empty: type some text first.")
+        room = self.lm.max_context - self.max_new_tokens - 64
+        if len(prompt_ids) > room:
+            raise ESPError(
+                f"The prompt is {len(prompt_ids)} tokens, but this model's context "
+                f"({self.lm.max_context}) leaves room for at most {max(room, 0)} with "
+                f"{self.max_new_tokens} new tokens: shorten it or ask for fewer tokens."
+            )
+
+    def _now(self) -> float:
+        if self._cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @torch.inference_mode()
+    def stream(self, prompt_ids: list[int]) -> Iterator[StepTrace]:
+        """Decode, yielding one trace per target forward (the prefill first)."""
+        self.check_prompt(prompt_ids)
+        lm = self.lm
+        cache = lm.new_cache()
+        ctx = Context(lm, list(prompt_ids), len(prompt_ids), self.sampling, 0, self.align)
+        self.drafter.start(ctx)
+        pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
+        past = produced = 0
+        while True:
+            t0 = self._now()
+            prop = self.drafter.propose(ctx)
+            t1 = self._now()
+            tree = prop.tree
+            lay = self.layouts.layout(tree.parents, prop.k, prop.extra)
+            lead = len(pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
+            root_pos = past + lead
+            positions = torch.cat([torch.arange(past, root_pos), root_pos + lay.offsets]).to(lm.device)
+            if lead:
+                mask = _with_lead(lay, lead, lm.dtype, lm.device)
+            else:
+                mask = self.layouts.additive(lay, past, lm.dtype, lm.device)
+            embeds = self._embeds(pending, prop, lay)
+            t2 = self._now()
+            hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align)
+            t3 = self._now()
+            node_logits = lm.head(hidden[lead : lead + lay.n_nodes])
+            path, bonus = verify(tree, node_logits, root_pos, self.sampling)
+            t4 = self._now()
+            commit(cache, past, list(range(lead)) + [lead + i for i in path])
+            t5 = self._now()
+            drafted = [tree.tokens[i] for i in path[1:]]
+            emitted = self._cut(drafted + [bonus], produced)
+            ctx.tokens.extend(emitted)
+            res = StepResult(
+                prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
+                node_logits, path, bonus, root_pos, emitted,
+                None if layers is None or not lead else tuple(h[:lead] for h in layers),
+            )
+            notes = self.drafter.observe(ctx, res)
+            t6 = self._now()
+            timings = {"draft": t1 - t0 + t6 - t5, "mask": t2 - t1, "forward": t3 - t2,
+                       "verify": t4 - t3, "commit": t5 - t4}
+            produced += len(emitted)
+            done = produced >= self.max_new_tokens or any(t in lm.eos_ids for t in emitted)
+            yield self._trace(ctx, res, past, drafted, notes, timings, lead > 0)
+            if done:
+                return
+            past += lead + len(path)
+            pending = [bonus]
+            ctx.step += 1
+
+    def _embeds(self, pending: list[int], prop: Proposal, lay: Layout) -> torch.Tensor:
+        ids = pending + prop.tree.tokens[1:]
+        parts = [self.lm.embed(ids)]
+        if prop.k:
+            parts.append(prop.mask_embeds.to(self.lm.dtype).repeat(lay.n_nodes, 1))
+        if prop.extra is not None:
+            parts.append(self.lm.embed(list(prop.extra.ids)))
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _cut(self, tokens: list[int], produced: int) -> list[int]:
+        out = []
+        for t in tokens[: self.max_new_tokens - produced]:
+            out.append(t)
+            if t in self.lm.eos_ids:
+                break
+        return out
+
+    def _trace(self, ctx: Context, res: StepResult, past: int, drafted: list[int], notes: Notes,
+               timings: dict[str, float], prefill: bool) -> StepTrace:
+        lm, tree, lay = self.lm, res.proposal.tree, res.layout
+        t0 = time.perf_counter()
+        on_path = set(res.path)
+        depths = tree.depths
+        nodes = [
+            NodeTrace(i, tok, lm.text(tok), tree.parents[i], depths[i], tree.probs[i], tree.cum_probs[i],
+                      ROOT if i == 0 else ACCEPTED if i in on_path else REJECTED, i, res.root_pos + depths[i])
+            for i, tok in enumerate(tree.tokens)
+        ]
+        for parent, tok, p, cum in tree.pruned:
+            nodes.append(NodeTrace(len(nodes), tok, lm.text(tok), parent, depths[parent] + 1, p, cum, PRUNED, None, None))
+        labels = ["root"] + [f"node {i}:{lm.text(t)}" for i, t in enumerate(tree.tokens[1:], 1)]
+        labels += [f"mask {v}.{j}" for v in range(lay.n_nodes) for j in range(1, lay.k + 1)]
+        if res.proposal.extra is not None:
+            labels += [f"{res.proposal.extra.kind} {i}:{lm.text(t)}" for i, t in enumerate(res.proposal.extra.ids)]
+        kinds = lay.kinds()
+        if res.proposal.extra is not None:
+            kinds = kinds[: len(kinds) - lay.n_extra] + [res.proposal.extra.kind] * lay.n_extra
+        mask = []
+        if self.trace_mask:
+            vis = torch.cat([torch.ones(lay.size, 1, dtype=torch.bool), lay.visible], 1)
+            mask = vis.tolist()
+        timings["trace"] = time.perf_counter() - t0
+        timings["total"] = sum(timings.values())
+        return StepTrace(
+            step=ctx.step, method=self.drafter.name, n_past=past, root=tree.tokens[0], nodes=nodes,
+            accepted=drafted, bonus=res.bonus, emitted=res.emitted, emitted_text=[lm.text(t) for t in res.emitted],
+            row_labels=labels, row_kinds=kinds, positions=(res.root_pos + lay.offsets).tolist(), mask=mask,
+            accepted_rows=list(res.path), shape=tree.shape(), timings=timings, ema=notes.ema,
+            alignment=notes.alignment, prefill=prefill,
+        )
+
+    def generate(self, prompt_ids: list[int]) -> Generation:
+        """Run to the end and return tokens, text, traces and summary."""
+        start = self._now()
+        steps = list(self.stream(prompt_ids))
+        seconds = self._now() - start
+        tokens = [t for s in steps for t in s.emitted]
+        text = self.lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        return Generation(tokens, text, steps, summarize(self.drafter.name, steps, seconds))
+
+
+def _with_lead(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Prefill mask: `lead` prompt rows causal among themselves, then the block, which sees them all."""
+    q = lead + lay.size
+    vis = torch.zeros(q, q, dtype=torch.bool)
+    vis[:lead, :lead] = torch.ones(lead, lead, dtype=torch.bool).tril()
+    vis[lead:, :lead] = True
+    vis[lead:, lead:] = lay.visible
+    out = torch.zeros(q, q, dtype=dtype)
+    out.masked_fill_(~vis, torch.finfo(dtype).min)
+    return out.to(device)[None, None]

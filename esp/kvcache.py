@@ -1,0 +1,20 @@
+"""Committing a step to the KV cache: keep the prefix plus the accepted rows of the block, in order."""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:
+    """Keep the first `past` cached tokens and then block rows `rows` (increasing), drop the rest."""
+    keep = past + len(rows)
+    if rows == list(range(len(rows))):  # a prefix of the block: cropping is enough
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys[..., :keep, :], layer.values[..., :keep, :]
+        return
+    idx = torch.tensor(rows, device=cache.layers[0].keys.device) + past
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            t[..., past:keep, :] = t.index_select(-2, idx)
+            setattr(layer, name, t[..., :keep, :])

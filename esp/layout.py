@@ -1,0 +1,193 @@
+"""Block layout: which row of a step's block sees which, and at what position it sits.
+
+A block is [root, tree nodes 1..N, k masks per node (root included), extra rows]. Node i is row i;
+mask j (1-based) of node v is row N+1 + v*k + j-1; a drafter's extra rows (LADE's lookahead window)
+come last with visibility of their own. A node sees its ancestors and itself; mask j of node v sees
+v's path and v's masks 1..j. Node at depth d sits at root+d, its mask j at root+d+j. Everything sees
+the committed prefix.
+
+Two builders give identical results: `EfficientLayouts` (tensor ops, cached per tree shape, prefix
+columns kept in a persistent buffer) and `NaiveLayouts` (per-node loops, rebuilt every step), kept for
+the paper's ablation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Extra:
+    """Rows a drafter appends after the tree and its masks."""
+
+    ids: tuple[int, ...]
+    offsets: tuple[int, ...]  # position offset from the root
+    see_tree: torch.Tensor  # (E, N+1) bool: extra row -> tree node
+    see_self: torch.Tensor  # (E, E) bool: extra row -> extra row
+    key: Hashable  # equal keys promise equal visibility (for caching)
+    kind: str = "lookahead"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The block's visibility (rows x block columns) and position offsets from the root."""
+
+    visible: torch.Tensor  # (B, B) bool
+    offsets: torch.Tensor  # (B,) long
+    n_nodes: int  # root + draft nodes
+    k: int  # masks per node
+    n_extra: int
+
+    def mask_rows(self, node: int) -> list[int]:
+        """Rows of node's masks 1..k."""
+        start = self.n_nodes + node * self.k
+        return list(range(start, start + self.k))
+
+    @property
+    def size(self) -> int:
+        return self.visible.shape[0]
+
+    def kinds(self) -> list[str]:
+        return ["root"] + ["node"] * (self.n_nodes - 1) + ["mask"] * (self.n_nodes * self.k) + ["extra"] * self.n_extra
+
+
+def _ancestors(parents: torch.Tensor) -> torch.Tensor:
+    """anc[i, a] is True when a is i itself or one of its ancestors."""
+    n = parents.numel()
+    rows = torch.arange(n)
+    up = parents.clamp(min=0)  # the root is its own parent, so walking up stops there
+    anc = torch.eye(n, dtype=torch.bool)
+    cur = rows
+    while True:
+        nxt = up[cur]
+        if torch.equal(nxt, cur):
+            return anc
+        anc[rows, nxt] = True
+        cur = nxt
+
+
+def _efficient(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
+    par = torch.tensor(parents)
+    n = par.numel()
+    anc = _ancestors(par)
+    depth = anc.sum(1) - 1
+    owner = torch.arange(n).repeat_interleave(k)
+    j = torch.arange(1, k + 1).repeat(n)
+    m = owner.numel()
+    e = 0 if extra is None else len(extra.ids)
+    b = n + m + e
+    vis = torch.zeros(b, b, dtype=torch.bool)
+    vis[:n, :n] = anc
+    vis[n : n + m, :n] = anc[owner]
+    vis[n : n + m, n : n + m] = (owner[:, None] == owner[None, :]) & (j[None, :] <= j[:, None])
+    offsets = torch.cat([depth, depth[owner] + j])
+    if extra is not None:
+        vis[n + m :, :n] = extra.see_tree
+        vis[n + m :, n + m :] = extra.see_self
+        offsets = torch.cat([offsets, torch.tensor(extra.offsets, dtype=torch.long)])
+    return Layout(vis, offsets, n, k, e)
+
+
+def _naive(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
+    n = len(parents)
+
+    def path(v: int) -> set[int]:
+        out = set()
+        while v >= 0:
+            out.add(v)
+            v = parents[v]
+        return out
+
+    rows: list[tuple[set[int], int, int]] = []  # (visible tree nodes, owner or -1, j)
+    offsets = []
+    for v in range(n):
+        rows.append((path(v), -1, 0))
+        offsets.append(len(path(v)) - 1)
+    for v in range(n):
+        for j in range(1, k + 1):
+            rows.append((path(v), v, j))
+            offsets.append(len(path(v)) - 1 + j)
+    e = 0 if extra is None else len(extra.ids)
+    b = n + n * k + e
+    vis = [[False] * b for _ in range(b)]
+    for r, (seen, owner, j) in enumerate(rows):
+        for c in range(b):
+            if c < n:
+                vis[r][c] = c in seen
+            elif c < n + n * k:
+                mo, mj = divmod(c - n, k)
+                vis[r][c] = owner == mo and mj + 1 <= j
+    if extra is not None:
+        for i in range(e):
+            r = n + n * k + i
+            for c in range(n):
+                vis[r][c] = bool(extra.see_tree[i, c])
+            for c in range(e):
+                vis[r][n + n * k + c] = bool(extra.see_self[i, c])
+            offsets.append(extra.offsets[i])
+    return Layout(torch.tensor(vis, dtype=torch.bool), torch.tensor(offsets, dtype=torch.long), n, k, e)
+
+
+class EfficientLayouts:
+    """Tensor-built layouts cached per (tree shape, k, extra key); prefix columns never rebuilt."""
+
+    name = "efficient"
+
+    def __init__(self, max_cached: int = 512):
+        self._cache: dict[Hashable, Layout] = {}
+        self._max = max_cached
+        self._buf: torch.Tensor | None = None
+        self._dirty = (0, 0)  # columns written by the previous step
+
+    def layout(self, parents: list[int], k: int, extra: Extra | None = None) -> Layout:
+        key = (tuple(parents), k, None if extra is None else extra.key)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= self._max:
+                self._cache.pop(next(iter(self._cache)))
+            hit = self._cache[key] = _efficient(tuple(parents), k, extra)
+        return hit
+
+    def additive(self, layout: Layout, n_prefix: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """(1, 1, B, n_prefix + B) additive mask: 0 where visible, dtype-min where blocked."""
+        b = layout.size
+        buf = self._buf
+        if buf is None or buf.dtype != dtype or buf.device != device or buf.shape[0] < b or buf.shape[1] < n_prefix + b:
+            rows = max(b, 64 if buf is None else buf.shape[0])
+            cols = max(2 * (n_prefix + b), 1024)
+            buf = self._buf = torch.zeros(rows, cols, dtype=dtype, device=device)
+            self._dirty = (0, 0)
+        lo, hi = self._dirty
+        buf[:, lo:hi] = 0
+        block = torch.zeros(b, b, dtype=dtype, device=device)
+        block.masked_fill_(~layout.visible.to(device), torch.finfo(dtype).min)
+        buf[:b, n_prefix : n_prefix + b] = block
+        self._dirty = (n_prefix, n_prefix + b)
+        return buf[:b, : n_prefix + b][None, None]
+
+
+class NaiveLayouts:
+    """Per-node loops every step, the whole mask (prefix included) rebuilt: the ablation's baseline."""
+
+    name = "naive"
+
+    def layout(self, parents: list[int], k: int, extra: Extra | None = None) -> Layout:
+        return _naive(tuple(parents), k, extra)
+
+    def additive(self, layout: Layout, n_prefix: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        b = layout.size
+        low = torch.finfo(dtype).min
+        vis = layout.visible.tolist()
+        rows = [[0.0] * n_prefix + [0.0 if vis[r][c] else low for c in range(b)] for r in range(b)]
+        return torch.tensor(rows, dtype=dtype, device=device)[None, None]
+
+
+def make_layouts(kind: str) -> EfficientLayouts | NaiveLayouts:
+    """'efficient' (default) or 'naive'."""
+    if kind == "efficient":
+        return EfficientLayouts()
+    if kind == "naive":
+        return NaiveLayouts()
+    raise ValueError(f"mask builder must be 'efficient' or 'naive', not {kind!r}")

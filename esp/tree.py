@@ -1,0 +1,120 @@
+"""Draft trees: the shape every drafter hands to the verifier, and ESP's two ways of growing one."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """A token tree hanging off the root (node 0). Parents precede their children."""
+
+    tokens: list[int]
+    parents: list[int]  # -1 for the root
+    probs: list[float]  # draft probability of each node (1.0 for the root)
+    cum_probs: list[float]
+    pruned: list[tuple[int, int, float, float]] = field(default_factory=list)  # (parent, token, prob, cum)
+
+    @classmethod
+    def root_only(cls, root: int) -> "DraftTree":
+        return cls([root], [-1], [1.0], [1.0])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> list[int]:
+        d = [0] * len(self.parents)
+        for i, p in enumerate(self.parents[1:], 1):
+            d[i] = d[p] + 1
+        return d
+
+    def add(self, parent: int, token: int, prob: float) -> int:
+        """Append a child of `parent`; returns its index."""
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.probs.append(prob)
+        self.cum_probs.append(self.cum_probs[parent] * prob)
+        return len(self.tokens) - 1
+
+    def add_chain(self, parent: int, tokens: list[int], probs: list[float] | None = None) -> list[int]:
+        """Append a chain below `parent`, reusing children that already hold the same token (a trie)."""
+        children = self.children()
+        out = []
+        for i, tok in enumerate(tokens):
+            hit = next((c for c in children.get(parent, []) if self.tokens[c] == tok), None)
+            if hit is None:
+                hit = self.add(parent, tok, probs[i] if probs else 1.0)
+                children.setdefault(parent, []).append(hit)
+            out.append(hit)
+            parent = hit
+        return out
+
+    def children(self) -> dict[int, list[int]]:
+        ch: dict[int, list[int]] = {}
+        for i, p in enumerate(self.parents[1:], 1):
+            ch.setdefault(p, []).append(i)
+        return ch
+
+    def shape(self) -> list[int]:
+        """Node count per depth, depth 1 first."""
+        depths = self.depths[1:]
+        return [depths.count(d) for d in range(1, max(depths, default=0) + 1)]
+
+
+def _ranked(dist: torch.Tensor, n: int) -> tuple[list[int], list[float]]:
+    p, t = torch.topk(dist, min(n, dist.numel()))
+    return t.tolist(), p.tolist()
+
+
+def static_tree(root: int, dists: torch.Tensor, shape: list[int]) -> DraftTree:
+    """[K_1..K_k] with top-1 expansion: depth i holds K_i children of the best depth-(i-1) node.
+
+    `dists` is (k, V): row i is the draft distribution for depth i+1. A candidate equal to its parent's
+    token is pruned and its slot goes to the next-ranked token.
+    """
+    tree = DraftTree.root_only(root)
+    parent = 0
+    for depth, width in enumerate(shape):
+        toks, probs = _ranked(dists[depth], width + 1)
+        added: list[int] = []
+        for tok, p in zip(toks, probs):
+            if len(added) == width:
+                break
+            if tok == tree.tokens[parent]:
+                tree.pruned.append((parent, tok, p, tree.cum_probs[parent] * p))
+                continue
+            added.append(tree.add(parent, tok, p))
+        if not added:
+            break
+        parent = added[0]
+    return tree
+
+
+def dynamic_tree(root: int, dists: torch.Tensor, n_nodes: int) -> DraftTree:
+    """Best-first tree of `n_nodes` nodes by cumulative probability, at most k = len(dists) deep.
+
+    Each depth's candidates come from that depth's distribution, so a node's children are ranked the
+    same way everywhere; the frontier holds, per parent, its next unused rank. The result is the set of
+    `n_nodes` highest cumulative-probability paths closed under prefixes (children never beat parents).
+    """
+    k = dists.shape[0]
+    ranked = [_ranked(dists[d], n_nodes + 1) for d in range(k)]
+    tree = DraftTree.root_only(root)
+    depth = [0]
+    frontier = [(-ranked[0][1][0], 0, 0)]  # (-cum prob, parent, rank)
+    while frontier and len(tree) - 1 < n_nodes:
+        neg, parent, rank = heapq.heappop(frontier)
+        toks, probs = ranked[depth[parent]]
+        if rank + 1 < len(toks):
+            heapq.heappush(frontier, (-tree.cum_probs[parent] * probs[rank + 1], parent, rank + 1))
+        if toks[rank] == tree.tokens[parent]:
+            tree.pruned.append((parent, toks[rank], probs[rank], -neg))
+            continue
+        node = tree.add(parent, toks[rank], probs[rank])
+        depth.append(depth[parent] + 1)
+        if depth[node] < k:
+            heapq.heappush(frontier, (-tree.cum_probs[node] * ranked[depth[node]][1][0], node, 0))
+    return tree
