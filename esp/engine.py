@@ -80,6 +80,7 @@ class Decoder:
         past = produced = 0
         while True:
             t0 = self._now()
+            h0 = lm.head_seconds
             prop = self.drafter.propose(ctx)
             t1 = self._now()
             tree = prop.tree
@@ -95,9 +96,11 @@ class Decoder:
             t2 = self._now()
             hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align)
             t3 = self._now()
+            h1 = lm.head_seconds
             node_logits = lm.head(hidden[lead : lead + lay.n_nodes])
             path, bonus = verify(tree, node_logits, root_pos, self.sampling)
             t4 = self._now()
+            h2 = lm.head_seconds
             commit(cache, past, list(range(lead)) + [lead + i for i in path])
             t5 = self._now()
             drafted = [tree.tokens[i] for i in path[1:]]
@@ -110,8 +113,9 @@ class Decoder:
             )
             notes = self.drafter.observe(ctx, res)
             t6 = self._now()
-            timings = {"draft": t1 - t0 + t6 - t5, "mask": t2 - t1, "forward": t3 - t2,
-                       "verify": t4 - t3, "commit": t5 - t4}
+            head = lm.head_seconds - h0  # the LM head is model time wherever a drafter calls it
+            timings = {"draft": t1 - t0 + t6 - t5 - (head - (h2 - h1)), "mask": t2 - t1, "forward": t3 - t2 + head,
+                       "verify": t4 - t3 - (h2 - h1), "commit": t5 - t4}
             produced += len(emitted)
             done = produced >= self.max_new_tokens or any(t in lm.eos_ids for t in emitted)
             yield self._trace(ctx, res, past, drafted, notes, timings, lead > 0)

@@ -1,6 +1,8 @@
 """The one place that touches a Hugging Face causal LM: embeddings, a block forward, the LM head."""
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import DynamicCache
 
@@ -27,6 +29,7 @@ class LM:
         eos = tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = frozenset(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
         self._texts: dict[int, str] = {}
+        self.head_seconds = 0.0  # time spent in `head`, so callers can count it as model time
 
     @property
     def vocab_size(self) -> int:
@@ -46,10 +49,15 @@ class LM:
     @torch.inference_mode()
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits for post-norm hidden rows, in float32 (float64 for float64 models)."""
+        t = time.perf_counter()
         logits = self._head(hidden)
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits if logits.dtype == torch.float64 else logits.float()
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        if logits.is_cuda:
+            torch.cuda.synchronize()
+        self.head_seconds += time.perf_counter() - t
+        return logits
 
     @torch.inference_mode()
     def forward(

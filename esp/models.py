@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import logging
 import os
+import shutil
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -29,6 +33,29 @@ def embedded_path() -> tuple[str, str]:
     return str(folder), EMBEDDED_FILE
 
 
+def _cached(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP check, so an offline machine fails in seconds rather than after minutes of retries."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def default_device() -> tuple[torch.device, torch.dtype]:
     """CUDA in bf16 when available, else CPU in fp32."""
     if torch.cuda.is_available():
@@ -47,13 +74,22 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
     name = (name or EMBEDDED).strip()
     kwargs = {}
     if name == EMBEDDED:
-        source, kwargs["gguf_file"] = embedded_path()
+        source, gguf = embedded_path()
+        if _converted().joinpath("model.safetensors").exists():
+            source = str(_converted())
+        else:
+            kwargs["gguf_file"] = gguf
     else:
         source = os.path.expanduser(name)
         if not os.path.isdir(source) and (source.count("/") != 1 or " " in source):
             raise ESPError(
                 f"Unknown model {name!r}: use 'embedded', a Hugging Face Hub id such as "
                 "'Qwen/Qwen3-0.6B', or a local model folder."
+            )
+        if not os.path.isdir(source) and not _cached(source) and not _hub_reachable():
+            raise ESPError(
+                f"Could not load model {name!r}: the Hugging Face Hub is unreachable from here and the model "
+                "is not in the local cache; use 'embedded', a local model folder, or a machine with network access."
             )
     quiet = logging.getLogger("transformers.modeling_utils")
     level = quiet.level
@@ -70,4 +106,34 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
         ) from None
     finally:
         quiet.setLevel(level)
+    if kwargs.get("gguf_file"):
+        _save_converted(model, tok)
     return LM(model.to(dev), tok, EMBEDDED_LABEL if name == EMBEDDED else name)
+
+
+def _converted() -> Path:
+    """Where the de-quantized embedded model is kept: converting the GGUF takes ~25 s on every load."""
+    root = os.environ.get("ESP_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "esp-explorer")
+    return Path(root).expanduser() / "smollm2-135m-instruct-q4_1"
+
+
+def _save_converted(model, tok) -> None:
+    from safetensors.torch import save_file
+
+    target = _converted()
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(tmp)
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg.pop("quantization_config", None)  # the saved weights are plain float32 tensors
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        model.generation_config.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tied = model.config.tie_word_embeddings and "lm_head.weight" in model.state_dict()
+        weights = {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in model.state_dict().items()
+                   if not (tied and k == "lm_head.weight")}
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tmp.rename(target)
+    except Exception:  # noqa: BLE001 - a failed cache write must never fail the load; the next load converts again
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -93,28 +94,52 @@ def static_tree(root: int, dists: torch.Tensor, shape: list[int]) -> DraftTree:
     return tree
 
 
-def dynamic_tree(root: int, dists: torch.Tensor, n_nodes: int) -> DraftTree:
-    """Best-first tree of `n_nodes` nodes by cumulative probability, at most k = len(dists) deep.
+def best_first(
+    root: int,
+    children: Callable[[DraftTree, int, int], tuple[list[int], list[float]]],
+    n_nodes: int,
+    prune_repeats: bool = False,
+) -> DraftTree:
+    """Grow a tree of up to `n_nodes` nodes best-first by cumulative probability.
 
-    Each depth's candidates come from that depth's distribution, so a node's children are ranked the
-    same way everywhere; the frontier holds, per parent, its next unused rank. The result is the set of
-    `n_nodes` highest cumulative-probability paths closed under prefixes (children never beat parents).
+    `children(tree, node, depth)` gives a node's candidate children in the order they should be tried
+    (tokens, probs); it is asked once, when the node joins the tree (return empty lists for a leaf).
+    The frontier holds, per parent, its next untried candidate. With `prune_repeats`, a candidate equal
+    to its parent's token is skipped (recorded in `tree.pruned`) and the slot goes to the next one.
     """
-    k = dists.shape[0]
-    ranked = [_ranked(dists[d], n_nodes + 1) for d in range(k)]
     tree = DraftTree.root_only(root)
     depth = [0]
-    frontier = [(-ranked[0][1][0], 0, 0)]  # (-cum prob, parent, rank)
+    cands: dict[int, tuple[list[int], list[float]]] = {}
+    frontier: list[tuple[float, int, int]] = []  # (-cum prob, parent, rank)
+
+    def open_node(node: int) -> None:
+        toks, probs = children(tree, node, depth[node])
+        if toks:
+            cands[node] = (toks, probs)
+            heapq.heappush(frontier, (-tree.cum_probs[node] * probs[0], node, 0))
+
+    open_node(0)
     while frontier and len(tree) - 1 < n_nodes:
         neg, parent, rank = heapq.heappop(frontier)
-        toks, probs = ranked[depth[parent]]
+        toks, probs = cands[parent]
         if rank + 1 < len(toks):
             heapq.heappush(frontier, (-tree.cum_probs[parent] * probs[rank + 1], parent, rank + 1))
-        if toks[rank] == tree.tokens[parent]:
+        if prune_repeats and toks[rank] == tree.tokens[parent]:
             tree.pruned.append((parent, toks[rank], probs[rank], -neg))
             continue
         node = tree.add(parent, toks[rank], probs[rank])
         depth.append(depth[parent] + 1)
-        if depth[node] < k:
-            heapq.heappush(frontier, (-tree.cum_probs[node] * ranked[depth[node]][1][0], node, 0))
+        open_node(node)
     return tree
+
+
+def dynamic_tree(root: int, dists: torch.Tensor, n_nodes: int) -> DraftTree:
+    """Best-first tree of `n_nodes` nodes by cumulative probability, at most k = len(dists) deep.
+
+    Each depth's candidates come from that depth's distribution, so a node's children are ranked the
+    same way everywhere. The result is the set of `n_nodes` highest cumulative-probability paths closed
+    under prefixes (children never beat parents).
+    """
+    k = dists.shape[0]
+    ranked = [_ranked(dists[d], n_nodes + 1) for d in range(k)]
+    return best_first(root, lambda tree, node, d: ranked[d] if d < k else ([], []), n_nodes, prune_repeats=True)

@@ -1,0 +1,162 @@
+"""`python -m esp.bench`: the Spec-Bench protocol for every method through one engine.
+
+First turn of each question, the model's chat template with the generation prompt, greedy decoding.
+tau = all generated tokens / all target forwards (prefill counted); speed-up = mean tokens/s of the
+method over the mean of `ar` (Spec-Bench's ratio of means); lossless = every question's tokens equal ar's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
+from .engine import Decoder
+from .errors import ESPError
+from .methods import build
+
+
+def load_questions(path: str, per_category: int | None) -> list[dict]:
+    """Questions in file order, the first `per_category` of each category."""
+    p = Path(path)
+    if not p.is_file():
+        raise ESPError(f"Questions file {path!r} not found (Spec-Bench's question.jsonl, one JSON object a line).")
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            q = json.loads(line)
+            q["turns"][0], q["category"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ESPError(f"{path}:{n} is not a Spec-Bench question (needs 'category' and 'turns').") from None
+        if per_category is None or seen[q["category"]] < per_category:
+            seen[q["category"]] += 1
+            out.append(q)
+    if not out:
+        raise ESPError(f"{path} holds no questions.")
+    return out
+
+
+def aggregate(rows: list[dict], methods: list[str]) -> dict:
+    """Per-question records -> the contract's results dict."""
+    by = defaultdict(list)
+    for r in rows:
+        by[r["method"]].append(r)
+    ar_tokens = {r["qid"]: r["tokens"] for r in by["ar"]}
+
+    def stats(rs: list[dict], base: list[dict]) -> dict:
+        tps = sum(r["tokens_per_s"] for r in rs) / len(rs)
+        base_tps = sum(r["tokens_per_s"] for r in base) / len(base)
+        return {"tau": sum(r["n_tokens"] for r in rs) / sum(r["forwards"] for r in rs),
+                "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else 0.0, "n": len(rs)}
+
+    results = {}
+    for m in methods:
+        rs = by[m]
+        overall = stats(rs, by["ar"])
+        cats = {}
+        for cat in dict.fromkeys(r["category"] for r in rs):
+            sub = [r for r in rs if r["category"] == cat]
+            s = stats(sub, [r for r in by["ar"] if r["category"] == cat])
+            cats[cat] = {"tau": s["tau"], "speedup": s["speedup"], "n": s["n"]}
+        results[m] = {"tau": overall["tau"], "tokens_per_s": overall["tokens_per_s"], "speedup": overall["speedup"],
+                      "lossless": all(r["tokens"] == ar_tokens.get(r["qid"]) for r in rs), "per_category": cats}
+    return results
+
+
+def table(results: dict, markdown: bool = False) -> str:
+    """Paper-style table: tau / speed-up per category (rows) and method (columns)."""
+    methods = list(results)
+    cats = list(next(iter(results.values()))["per_category"])
+    head = ["category"] + methods
+    body = [[c] + [f"{results[m]['per_category'][c]['tau']:.2f} / {results[m]['per_category'][c]['speedup']:.2f}x"
+                   for m in methods] for c in cats]
+    body.append(["overall"] + [f"{results[m]['tau']:.2f} / {results[m]['speedup']:.2f}x" for m in methods])
+    body.append(["lossless"] + ["yes" if results[m]["lossless"] else "NO" for m in methods])
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    fmt = lambda r: "  ".join(x.ljust(w) for x, w in zip(r, widths))
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
+
+
+def chart(results: dict, path: str) -> None:
+    """A standalone HTML bar chart of tau and speed-up per category."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, subplot_titles=("tau (tokens per forward)", "speed-up over ar"),
+                        shared_xaxes=True, vertical_spacing=0.12)
+    for m, r in results.items():
+        cats = list(r["per_category"]) + ["overall"]
+        tau = [r["per_category"][c]["tau"] for c in cats[:-1]] + [r["tau"]]
+        sp = [r["per_category"][c]["speedup"] for c in cats[:-1]] + [r["speedup"]]
+        fig.add_bar(x=cats, y=tau, name=m, legendgroup=m, row=1, col=1)
+        fig.add_bar(x=cats, y=sp, name=m, legendgroup=m, showlegend=False, row=2, col=1)
+    fig.update_layout(barmode="group", height=700, title="Spec-Bench: ESP and training-free baselines")
+    fig.write_html(path, include_plotlyjs=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
+    p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
+    p.add_argument("--methods", default="ar,esp",
+                   help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30")
+    p.add_argument("--per-category", type=int, default=None, help="first N questions of each category")
+    add_model_args(p)
+    add_esp_args(p)
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    p.add_argument("--json", help="write the results (and per-question records) here")
+    p.add_argument("--markdown", help="write the table as Markdown here")
+    p.add_argument("--html", help="write a Plotly bar chart here")
+    a = p.parse_args(argv)
+    if a.per_category is not None and a.per_category < 1:
+        fail("--per-category must be at least 1.")
+    if a.max_new_tokens < 1:
+        fail("--max-new-tokens must be at least 1.")
+    specs = [s.strip() for s in a.methods.split(",") if s.strip()]
+    if len(set(specs)) != len(specs):
+        fail(f"--methods lists a method twice: {a.methods}")
+    if "ar" not in specs:
+        specs.insert(0, "ar")  # every speed-up and the lossless check are relative to ar
+    drafters = {s: build(s, esp_defaults(a)) for s in specs}
+    questions = load_questions(a.questions, a.per_category)
+
+    from tqdm import tqdm
+
+    from .models import load
+
+    lm = load(a.model)
+    prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
+    for d in drafters.values():
+        for i in range(a.warmup):
+            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[i % len(prompts)])
+    rows = []
+    with tqdm(total=len(questions) * len(specs), desc="bench", unit="gen", file=sys.stderr) as bar:
+        for q, ids in zip(questions, prompts):
+            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
+                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False).generate(ids)
+                rows.append({"qid": q.get("question_id"), "category": q["category"], "method": s,
+                             "tokens": g.tokens, "n_tokens": g.summary.tokens, "forwards": g.summary.forwards,
+                             "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s})
+                bar.update()
+    results = aggregate(rows, specs)
+    print(f"model {lm.name}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
+    print(table(results))
+    if a.json:
+        meta = {"model": lm.name, "methods": {s: d.describe() for s, d in drafters.items()},
+                "max_new_tokens": a.max_new_tokens, "questions": len(questions)}
+        Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
+    if a.markdown:
+        Path(a.markdown).write_text(table(results, markdown=True) + "\n")
+    if a.html:
+        chart(results, a.html)
+
+
+if __name__ == "__main__":
+    run_main(main)

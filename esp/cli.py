@@ -1,0 +1,41 @@
+"""Argument pieces shared by the command lines: the model, ESP's knobs, sampling."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import ESPError
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="embedded", help="'embedded' (SmolLM2-135M), a Hub id or a local folder")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+
+
+def add_esp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=int, default=None, help="mask tokens (1-4)")
+    p.add_argument("--bc", type=int, default=None, help="block complexity: tokens per forward")
+    p.add_argument("--lam", type=float, default=None, help="EMA rate of the mask embedding, in [0, 1]")
+    p.add_argument("--tree", default=None, choices=["static", "dynamic"])
+    p.add_argument("--init", default=None, choices=["mean", "sample", "lastk"])
+
+
+def esp_defaults(a: argparse.Namespace) -> dict:
+    """Settings given on the command line, for `methods.build` to fill in."""
+    return {k: v for k, v in dict(k=a.k, bc=a.bc, lam=a.lam, tree=a.tree, init=a.init).items() if v is not None}
+
+
+def fail(message: str) -> None:
+    """One clear line on stderr and a non-zero exit."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_main(main) -> None:
+    """Run `main`, turning engine errors into one line instead of a traceback."""
+    try:
+        main()
+    except ESPError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted")

@@ -1,0 +1,58 @@
+"""PLD (prompt lookup decoding): copy what followed an earlier occurrence of the text's last n-gram."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import ESPError
+from ..tree import DraftTree
+from .base import Context, Drafter, Proposal
+
+RULES = ("pld", "hf")
+
+
+def lookup(tokens: torch.Tensor, max_ngram: int, draft: int, rule: str = "pld") -> list[int]:
+    """The draft after the left-most earlier match of the last n tokens, n = max_ngram .. 1.
+
+    rule "pld" is the original prompt-lookup-decoding: the match must end before the suffix starts and
+    be followed by a full `draft` tokens, else the next match (then a shorter n) is tried. Rule "hf" is
+    transformers' PromptLookupCandidateGenerator: any match other than the suffix itself, with whatever
+    continuation is there, up to `draft` tokens.
+    """
+    length = tokens.numel()
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        hits = (tokens.unfold(0, n, 1) == tokens[-n:]).all(1).nonzero().flatten()
+        start = hits + n
+        if rule == "pld":
+            ok = (start + draft <= length) & (start < length - n)
+        else:
+            ok = start < length
+        start = start[ok]
+        if start.numel():
+            s = int(start[0])
+            return tokens[s : s + draft].tolist()
+    return []
+
+
+class PLDDrafter(Drafter):
+    """Drafts a chain copied from the prompt or the output so far."""
+
+    name = "pld"
+
+    def __init__(self, n: int = 3, draft: int = 10, rule: str = "pld"):
+        if not (isinstance(n, int) and n >= 1):
+            raise ESPError(f"pld: n (max n-gram) must be an integer >= 1, not {n}.")
+        if not (isinstance(draft, int) and draft >= 1):
+            raise ESPError(f"pld: draft (tokens per draft) must be an integer >= 1, not {draft}.")
+        if rule not in RULES:
+            raise ESPError(f"pld: rule must be 'pld' (original) or 'hf' (transformers), not {rule!r}.")
+        self.n, self.draft, self.rule = n, draft, rule
+
+    def describe(self) -> str:
+        return f"pld n={self.n} draft={self.draft}" + (" rule=hf" if self.rule == "hf" else "")
+
+    def propose(self, ctx: Context) -> Proposal:
+        tree = DraftTree.root_only(ctx.tokens[-1])
+        chain = lookup(torch.tensor(ctx.tokens), self.n, self.draft, self.rule)
+        if chain:
+            tree.add_chain(0, chain)
+        return Proposal(tree)

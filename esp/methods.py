@@ -1,0 +1,83 @@
+"""Method specs such as `esp:k=2:bc=30:tree=dynamic` or `lade:n=5:w=7:g=7` -> drafters.
+
+Every method registers its name, its settings with their types, and a factory; the CLI, the benchmark
+and the app all build drafters through `build`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .drafters.base import Drafter
+from .drafters.esp import ESPConfig, ESPDrafter
+from .drafters.lade import LADEDrafter
+from .drafters.pld import PLDDrafter
+from .drafters.stand import STANDDrafter
+from .errors import ESPError
+
+
+@dataclass(frozen=True)
+class Method:
+    factory: Callable[..., Drafter]
+    settings: dict[str, type]  # name -> type (int, float, str, or tuple for comma lists of ints)
+    uses_bc: bool = False  # takes the shared --bc budget unless its spec sets one
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(name: str, factory: Callable[..., Drafter], settings: dict[str, type], uses_bc: bool = False) -> None:
+    REGISTRY[name] = Method(factory, settings, uses_bc)
+
+
+def _esp(**kw) -> Drafter:
+    return ESPDrafter(ESPConfig(**kw))
+
+
+register("ar", Drafter, {})
+register("esp", _esp, {"k": int, "bc": int, "lam": float, "tree": str, "init": str, "shape": tuple}, uses_bc=True)
+register("pld", PLDDrafter, {"n": int, "draft": int, "rule": str})
+register("stand", STANDDrafter, {"bc": int, "top": int, "n": int}, uses_bc=True)
+register("lade", LADEDrafter, {"n": int, "w": int, "g": int})
+
+
+def _convert(method: str, key: str, value: str, kind: type):
+    try:
+        if kind is tuple:
+            return tuple(int(x) for x in value.replace("-", ",").split(","))
+        return kind(value)
+    except ValueError:
+        raise ESPError(f"{method}: setting {key}={value!r} must be {'a list of integers' if kind is tuple else kind.__name__}.") from None
+
+
+def parse(spec: str, defaults: dict | None = None) -> tuple[str, dict]:
+    """'esp:k=2:bc=30' -> ('esp', {'k': 2, 'bc': 30}), defaults filling only settings the method has."""
+    _load_baselines()
+    name, *pairs = spec.strip().split(":")
+    if name not in REGISTRY:
+        raise ESPError(f"Unknown method {name!r}: choose from {', '.join(REGISTRY)}.")
+    method = REGISTRY[name]
+    out = {k: v for k, v in (defaults or {}).items() if k in method.settings and v is not None}
+    if not method.uses_bc:
+        out.pop("bc", None)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in method.settings:
+            known = ", ".join(method.settings) or "none"
+            raise ESPError(f"{name}: unknown setting {pair!r} (settings: {known}).")
+        out[key] = _convert(name, key, value, method.settings[key])
+    return name, out
+
+
+def build(spec: str, defaults: dict | None = None) -> Drafter:
+    """A ready drafter for `spec`; bad names or settings raise ESPError with one clear line."""
+    name, kwargs = parse(spec, defaults)
+    try:
+        return REGISTRY[name].factory(**kwargs)
+    except TypeError as e:
+        raise ESPError(f"{name}: {e}") from None
+
+
+def _load_baselines() -> None:
+    """Import the baseline drafters so they register themselves (kept lazy to avoid import cycles)."""
+    from . import drafters  # noqa: F401

@@ -1,0 +1,87 @@
+"""Shared fixtures: the embedded model (loaded once per test session) and tiny random-weight models."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from esp.lm import LM
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+
+
+@pytest.fixture(scope="session")
+def lm():
+    """SmolLM2-135M-Instruct from the embedded GGUF."""
+    from esp.models import load
+
+    return load()
+
+
+def spec_bench(per_category: int = 1) -> list[dict]:
+    """The first `per_category` development-split questions of each category."""
+    if not QUESTIONS.exists():
+        pytest.skip(f"Spec-Bench questions not found at {QUESTIONS}")
+    seen: dict[str, int] = {}
+    out = []
+    for line in QUESTIONS.read_text().splitlines():
+        q = json.loads(line)
+        if seen.get(q["category"], 0) < per_category:
+            seen[q["category"]] = seen.get(q["category"], 0) + 1
+            out.append(q)
+    return out
+
+
+class _IdTokenizer:
+    """Enough of a tokenizer for random-weight models: ids are their own text."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def decode(self, ids, **_):
+        return " ".join(str(i) for i in ids)
+
+    def __call__(self, text):
+        return {"input_ids": [int(x) for x in text.split()]}
+
+
+def _tiny(arch: str, vocab: int = 96):
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if arch == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        return LlamaForCausalLM(LlamaConfig(**common))
+    if arch == "qwen2":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        return Qwen2ForCausalLM(Qwen2Config(**common))
+    if arch == "qwen3":
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        return Qwen3ForCausalLM(Qwen3Config(head_dim=8, **common))
+    if arch == "gemma3":
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+        # A short window so that long runs cross it and the sliding-window mask is exercised.
+        cfg = Gemma3TextConfig(head_dim=8, sliding_window=24, sliding_window_pattern=2, **common)
+        return Gemma3ForCausalLM(cfg)
+    raise ValueError(arch)
+
+
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():
+    """tiny_lm(arch) -> an LM with random weights in float64 (no rounding ties)."""
+    made: dict[str, LM] = {}
+
+    def get(arch: str) -> LM:
+        if arch not in made:
+            torch.manual_seed(0)
+            model = _tiny(arch).double().eval()
+            model.generation_config.eos_token_id = None
+            made[arch] = LM(model, _IdTokenizer(), f"tiny-{arch}")
+        return made[arch]
+
+    return get

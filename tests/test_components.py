@@ -1,0 +1,226 @@
+"""Figure builders on a recorded real trace (tests/data/trace_k2_bc30.json, made by make_trace.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from components.align_plot import GROUPS, align_figure, layer_stats
+from components.common import STATUS_COLORS, as_step, show_ws
+from components.compare_view import compare_figure, compare_rows
+from components.export import read_trace_json, trace_payload, write_figures_html, write_trace_json
+from components.mask_plot import BLOCKED, ON_PATH, VISIBLE, mask_figure, mask_matrix, row_names
+from components.settings import RunSettings
+from components.stats import PHASES, accept_hist_figure, run_summary, stats_markdown, timing_figure
+from components.text_view import BONUS, DRAFT, token_sources
+from components.tree_plot import accepted_path, tidy_layout, tree_figure, tree_graph
+from esp.errors import ESPError
+from esp.methods import build
+from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
+
+TRACE = Path(__file__).parent / "data" / "trace_k2_bc30.json"
+
+
+@pytest.fixture(scope="module")
+def run():
+    meta, steps = read_trace_json(TRACE)
+    return meta, steps
+
+
+@pytest.fixture(scope="module")
+def steps(run):
+    return run[1]
+
+
+@pytest.fixture(scope="module")
+def hit(steps) -> StepTrace:
+    """A decoding step that accepted at least one draft."""
+    return next(s for s in steps if s.accepted)
+
+
+def _traces(fig: go.Figure) -> dict[str, go.Scatter]:
+    return {t.name: t for t in fig.data}
+
+
+def test_trace_round_trip(run, steps, tmp_path):
+    meta, _ = run
+    assert isinstance(steps[0], StepTrace) and steps[0].prefill and not any(s.prefill for s in steps[1:])
+    again = read_trace_json(write_trace_json(steps, meta, tmp_path / "t.json"))[1]
+    assert [s.to_dict() for s in again] == [s.to_dict() for s in steps]
+    assert as_step(steps[3].to_dict()) == steps[3]
+
+
+def test_every_builder_emits_a_valid_plotly_figure(steps, hit):
+    """Builders skip Plotly's validation for speed; validate their output here once."""
+    summary = run_summary(steps)
+    rows = compare_rows([("ar", summary, "x")])
+    figs = [tree_figure(hit), tree_figure(steps[0]), mask_figure(hit), align_figure(steps), align_figure(steps, 0),
+            accept_hist_figure(summary, 1), timing_figure(steps, 2), compare_figure(rows), compare_figure([])]
+    for fig in figs:
+        go.Figure(fig.to_dict())  # raises on any invalid property
+
+
+def test_tree_graph_and_accepted_path(hit):
+    g = tree_graph(hit)
+    assert g.number_of_nodes() == len(hit.nodes) and g.number_of_edges() == len(hit.nodes) - 1
+    path = accepted_path(g)
+    assert path == hit.accepted_rows  # rows of root + accepted nodes, which are their node indices
+    assert [g.nodes[n]["token"] for n in path[1:]] == hit.accepted
+
+
+def test_tidy_layout_is_crossing_free_and_centred(steps):
+    for step in steps[1:]:
+        g = tree_graph(step)
+        pos = tidy_layout(g)
+        for n in g.nodes:
+            kids = list(g.successors(n))
+            assert pos[n][1] == -step.nodes[n].depth
+            if kids:  # parent centred over its first and last child
+                assert pos[n][0] == pytest.approx((pos[kids[0]][0] + pos[kids[-1]][0]) / 2)
+        # No crossings: between two depths, edges sorted by parent x have non-decreasing child x.
+        edges = sorted(g.edges, key=lambda e: (pos[e[0]][0], pos[e[1]][0]))
+        for d in range(1, max(n.depth for n in step.nodes) + 1):
+            xs = [pos[b][0] for a, b in edges if -pos[b][1] == d]
+            assert xs == sorted(xs)
+        leaves = sorted(pos[n][0] for n in g.nodes if g.out_degree(n) == 0)
+        assert leaves == list(range(len(leaves)))  # leaves at consecutive slots
+
+
+def test_tree_figure_colours_labels_and_hover(hit):
+    fig = tree_figure(hit)
+    traces = _traces(fig)
+    for status in (ROOT, ACCEPTED, REJECTED, PRUNED):
+        nodes = [n for n in hit.nodes if n.status == status]
+        if not nodes:
+            assert status not in traces
+            continue
+        t = traces[status]
+        assert t.marker.color == STATUS_COLORS[status]
+        assert len(t.x) == len(nodes)
+        assert list(t.text) == [f"{show_ws(n.text)}<br>{n.cum_prob:.2f}" for n in nodes]
+        # customdata: raw text, draft p, depth, cumulative p, node index
+        assert [c[4] for c in t.customdata] == [n.index for n in nodes]
+        assert [c[2] for c in t.customdata] == [n.depth for n in nodes]
+        assert [c[1] for c in t.customdata] == pytest.approx([n.prob for n in nodes])
+    path = traces["accepted path"]
+    assert path.line.width > traces["edges"].line.width
+    assert len([x for x in path.x if x is not None]) == 2 * len(hit.accepted)  # one segment per accepted node
+    assert f"accepted {len(hit.accepted)} of" in fig.layout.title.text
+
+
+def test_whitespace_is_visible():
+    assert show_ws(" the\n") == "␣the↵" and show_ws("") == "∅"
+
+
+def test_prefill_tree_is_a_note(steps):
+    fig = tree_figure(steps[0])
+    assert not fig.data and "Prefill" in fig.layout.annotations[0].text
+
+
+def test_mask_heatmap_shape_states_and_labels(steps, hit):
+    fig = mask_figure(hit)
+    heat = fig.data[0]
+    rows = len(hit.row_labels)
+    z = np.asarray(heat.z)
+    assert z.shape == (rows, rows + 1)  # block rows x (prefix column + block columns)
+    assert (z != BLOCKED).tolist() == hit.mask
+    kept = set(hit.accepted_rows)
+    on_path = {(r, c) for r, c in zip(*np.nonzero(z == ON_PATH))}
+    assert on_path == {(r, c) for r in kept for c in [0] + [x + 1 for x in kept] if hit.mask[r][c]}
+    assert (z == VISIBLE).any()
+    assert len(set(heat.y)) == rows and list(heat.y) == row_names(hit) and heat.x[1:] == heat.y
+    assert heat.x[0] == f"prefix ×{hit.n_past}"
+    assert fig.layout.yaxis.autorange == "reversed"
+    # The prefix grows from step to step.
+    assert [mask_figure(s).data[0].x[0] for s in steps[1:3]] == [f"prefix ×{s.n_past}" for s in steps[1:3]]
+    assert steps[2].n_past > steps[1].n_past
+
+
+def test_mask_matrix_matches_a_hand_made_trace(hit):
+    d = hit.to_dict()
+    d.update(mask=[[True, True, False], [True, True, True]], accepted_rows=[0], row_labels=["root", "mask 0.1"])
+    assert mask_matrix(d) == [[ON_PATH, ON_PATH, BLOCKED], [VISIBLE, VISIBLE, VISIBLE]]
+
+
+def test_alignment_curves(steps):
+    records = [r for s in steps for r in s.alignment]
+    stats = layer_stats(records)
+    assert set(stats) == {"accepted", "rejected"}  # the counting prompt gives both kinds
+    acc = np.asarray([r.cos for r in records if r.accepted])
+    assert stats["accepted"]["n"] == len(acc)
+    np.testing.assert_allclose(stats["accepted"]["mean"], acc.mean(0))
+    np.testing.assert_allclose(stats["accepted"]["hi"] - stats["accepted"]["mean"], acc.std(0))
+    fig = align_figure(steps)
+    run_panel = [t for t in fig.data if t.xaxis == "x2"]
+    means = {t.legendgroup: t for t in run_panel if t.showlegend}
+    assert means["accepted"].name == f"accepted (n={len(acc)})"
+    np.testing.assert_allclose(means["accepted"].y, acc.mean(0))
+    assert means["accepted"].line.color == GROUPS["accepted"]
+    lower = [t for t in run_panel if t.fill == "tonexty"]
+    assert len(lower) == 2 and all(t.line.width == 0 for t in lower)
+    # The left panel holds only the records resolved at that step.
+    last = steps[-1].alignment
+    this_panel = [t for t in fig.data if t.xaxis == "x" and t.hovertemplate]
+    assert {t.legendgroup for t in this_panel} == {"accepted" if r.accepted else "rejected" for r in last}
+
+
+def test_alignment_empty_before_any_record(steps):
+    assert not align_figure(steps, 0).data
+
+
+def test_text_view_labels_drafts_and_bonus(steps):
+    pairs = token_sources(steps)
+    assert "".join(t for t, _ in pairs) == "".join(t for s in steps for t in s.emitted_text)
+    assert sum(label == DRAFT for _, label in pairs) == sum(len(s.accepted) for s in steps)
+    # Every step adds one bonus token, unless max_new_tokens cut it off (the last step here).
+    assert sum(label == BONUS for _, label in pairs) == sum(len(s.emitted) > len(s.accepted) for s in steps)
+    assert len(token_sources(steps, 2)) == sum(len(s.emitted) for s in steps[:3])
+
+
+def test_stats_numbers_and_figures(steps, hit):
+    s = run_summary(steps)
+    tokens = sum(len(x.emitted) for x in steps)
+    assert (s.tokens, s.forwards) == (tokens, len(steps)) and s.tau == pytest.approx(tokens / len(steps))
+    assert f"| {tokens} | {len(steps)} | {s.tau:.2f} |" in stats_markdown(s)
+    assert stats_markdown(s).rstrip().endswith(f"| {tokens - len(steps)} |")
+    bars = accept_hist_figure(s, current=1).data[0]
+    assert list(bars.y) == [s.accept_hist.get(x, 0) for x in bars.x]
+    assert bars.marker.color[1] == STATUS_COLORS["accepted"] and bars.marker.color[0] != bars.marker.color[1]
+    timing = timing_figure(steps, current=3)
+    assert [t.name for t in timing.data] == list(PHASES)
+    forward = _traces(timing)["forward"]
+    assert list(forward.y) == pytest.approx([1000 * x.timings["forward"] for x in steps])
+    assert timing.layout.shapes[0].x0 == 3
+
+
+def test_compare_rows():
+    base = run_summary([])
+    base.method, base.tokens_per_s = "ar", 10.0
+    other = run_summary([])
+    other.method, other.tokens_per_s = "esp", 5.0
+    rows = compare_rows([("ar", base, "same"), ("esp k=2", other, "different")])
+    assert rows[0][5] == 1.0 and rows[1][5] == 0.5
+    assert [r[6] for r in rows] == ["yes", "no"]
+
+
+def test_exports(run, steps, hit, tmp_path):
+    meta, _ = run
+    payload = trace_payload(steps, meta)
+    assert json.loads(json.dumps(payload))["summary"]["tokens"] == run_summary(steps).tokens
+    page = write_figures_html({"tree": tree_figure(hit), "mask": mask_figure(hit)}, tmp_path / "f.html").read_text()
+    assert page.count("<h2>") == 2 and "Draft tree" in page and "Tree-attention mask" in page
+    assert page.count("plotly.js v") == 1  # Plotly.js embedded once, so the page works offline
+
+
+def test_settings_use_the_engine_rules():
+    s = RunSettings(k=2.0, bc=30.0, max_new_tokens=16.0)
+    assert (s.k, s.bc) == (2, 30) and build(s.esp_spec()).cfg.k == 2
+    with pytest.raises(ESPError, match="BC=10 is too small for k=4"):
+        RunSettings(k=4, bc=10)
+    with pytest.raises(ESPError, match="whole number"):
+        RunSettings(k=2.5)
+    assert RunSettings(mode="sampling", temperature=0.5).sampling().temperature == 0.5
+    assert RunSettings(mode="greedy", temperature=0.5).sampling().greedy

@@ -1,0 +1,189 @@
+"""Unit tests of the shared machinery: trees, layouts, verification, KV commit, sampling."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from esp.drafters.esp import ESPConfig, default_shape
+from esp.errors import ESPError
+from esp.kvcache import commit
+from esp.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
+from esp.sampling import Sampling, draw, probs
+from esp.tree import DraftTree, dynamic_tree, static_tree
+from esp.verify import verify
+
+
+def _dist(v: int, ranked: list[int]) -> torch.Tensor:
+    """A distribution whose tokens rank as `ranked` (then the rest)."""
+    p = torch.full((v,), 1e-4)
+    for r, t in enumerate(ranked):
+        p[t] = 1.0 / (r + 2)
+    return p / p.sum()
+
+
+def _random_parents(n: int, rng: random.Random) -> list[int]:
+    return [-1] + [rng.randrange(i) for i in range(1, n)]
+
+
+def test_static_tree_top1_expansion_and_parent_pruning():
+    dists = torch.stack([_dist(10, [7, 3, 5, 1]), _dist(10, [3, 8, 2])])
+    tree = static_tree(root=7, dists=dists, shape=[2, 2])
+    # depth 1: 7 equals the root -> pruned, its slot goes to 3 and 5; depth 2 hangs off 3 (top-1): 3 pruned
+    assert tree.tokens == [7, 3, 5, 8, 2]
+    assert tree.parents == [-1, 0, 0, 1, 1]
+    assert [(p, t) for p, t, _, _ in tree.pruned] == [(0, 7), (1, 3)]
+    assert tree.shape() == [2, 2]
+    assert tree.cum_probs[3] == pytest.approx(tree.probs[1] * tree.probs[3])
+
+
+def test_dynamic_tree_is_the_best_prefix_closed_set():
+    rng = random.Random(0)
+    for _ in range(20):
+        k, v, n = rng.randint(1, 3), 12, rng.randint(1, 9)
+        dists = torch.softmax(torch.randn(k, v, generator=torch.Generator().manual_seed(rng.randrange(9999))) * 2, -1)
+        root = rng.randrange(v)
+        tree = dynamic_tree(root, dists, n)
+        assert len(tree) - 1 == n
+        # every kept node's cumulative probability beats every candidate left out (children of kept nodes)
+        kept = {(tree.parents[i], tree.tokens[i]) for i in range(1, len(tree))}
+        worst = min(tree.cum_probs[1:])
+        depths = tree.depths
+        for node in range(len(tree)):
+            if depths[node] == k:
+                continue
+            for tok in range(v):
+                if tok != tree.tokens[node] and (node, tok) not in kept:
+                    assert tree.cum_probs[node] * float(dists[depths[node], tok]) <= worst + 1e-12
+        assert all(tree.tokens[i] != tree.tokens[tree.parents[i]] for i in range(1, len(tree)))
+
+
+def test_dynamic_tree_with_k1_equals_static():
+    d = torch.softmax(torch.randn(1, 50), -1)
+    assert dynamic_tree(4, d, 14).tokens == static_tree(4, d, [14]).tokens
+
+
+def test_paper_shapes_and_budget():
+    assert default_shape(60, 2) == [15, 4] and default_shape(30, 1) == [14] and default_shape(10, 2) == [2, 1]
+    for bc in (16, 25, 40, 60, 90):
+        for k in range(1, 5):
+            if bc >= (k + 1) ** 2:
+                shape = default_shape(bc, k)
+                assert len(shape) == k and min(shape) >= 1
+                if (bc, k) not in {(60, 3), (10, 2)}:  # the paper's two shapes that overshoot slightly
+                    assert (k + 1) * (1 + sum(shape)) <= bc
+    assert ESPConfig(k=2, bc=60, tree="dynamic").n_nodes == 19
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(k=0), "k"), (dict(k=5), "k"), (dict(k=2, bc=8), "too small"), (dict(k=4, bc=24), "too small"),
+    (dict(lam=1.5), "lambda"), (dict(lam=-0.1), "lambda"), (dict(tree="wide"), "tree"), (dict(init="zeros"), "init"),
+])
+def test_bad_esp_settings_are_one_clear_error(kw, msg):
+    with pytest.raises(ESPError, match=msg):
+        ESPConfig(**kw)
+
+
+def test_ancestors_match_parent_walks():
+    rng = random.Random(1)
+    for _ in range(10):
+        parents = _random_parents(rng.randint(1, 25), rng)
+        anc = _ancestors(torch.tensor(parents))
+        for i in range(len(parents)):
+            walk, v = set(), i
+            while v >= 0:
+                walk.add(v)
+                v = parents[v]
+            assert set(torch.nonzero(anc[i]).flatten().tolist()) == walk
+
+
+def test_efficient_and_naive_layouts_are_identical():
+    rng = random.Random(2)
+    eff, naive = EfficientLayouts(), NaiveLayouts()
+    for trial in range(30):
+        parents = _random_parents(rng.randint(1, 20), rng)
+        k = rng.randint(0, 4)
+        extra = None
+        if trial % 3 == 0:
+            e = rng.randint(1, 6)
+            g = torch.Generator().manual_seed(trial)
+            extra = Extra(tuple(range(e)), tuple(range(1, e + 1)), torch.rand(e, len(parents), generator=g) > 0.5,
+                          torch.rand(e, e, generator=g) > 0.5, key=("t", trial))
+        a, b = eff.layout(parents, k, extra), naive.layout(parents, k, extra)
+        assert torch.equal(a.visible, b.visible) and torch.equal(a.offsets, b.offsets)
+        past = rng.randint(0, 40)
+        ma, mb = eff.additive(a, past, torch.float32, torch.device("cpu")), naive.additive(b, past, torch.float32, torch.device("cpu"))
+        assert torch.equal(ma, mb)
+
+
+def test_esp_layout_rules():
+    # root -> 1 -> 2, root -> 3 ; k = 2
+    lay = EfficientLayouts().layout([-1, 0, 1, 0], 2)
+    v, n = lay.visible, 4
+    assert lay.size == (2 + 1) * 4
+    assert v[2, :n].tolist() == [True, True, True, False]  # node 2 sees root, 1, itself
+    assert v[3, :n].tolist() == [True, False, False, True]
+    m21, m22 = lay.mask_rows(2)
+    assert v[m22, :n].tolist() == [True, True, True, False]  # mask of node 2 sees node 2's path
+    assert v[m22, n:].nonzero().flatten().tolist() == [m21 - n, m22 - n]  # and its masks 1..j
+    assert v[m21, n:].nonzero().flatten().tolist() == [m21 - n]
+    assert not v[:n, n:].any()  # no node sees a mask
+    assert lay.offsets.tolist() == [0, 1, 2, 1] + [1, 2, 2, 3, 3, 4, 2, 3]
+
+
+def test_prefix_columns_are_visible_and_buffer_is_reused_cleanly():
+    eff = EfficientLayouts()
+    lay = eff.layout([-1, 0, 0], 1)
+    m1 = eff.additive(lay, 5, torch.float32, torch.device("cpu")).clone()
+    m2 = eff.additive(lay, 9, torch.float32, torch.device("cpu"))
+    assert m1.shape[-1] == 5 + 6 and m2.shape[-1] == 9 + 6
+    assert (m2[..., :9] == 0).all()  # the previous step's block columns were reset to visible prefix
+    assert torch.equal(m1[..., 5:], m2[..., 9:])
+
+
+def test_verify_walks_greedy_path_and_returns_bonus():
+    tree = DraftTree.root_only(0)
+    a = tree.add(0, 5, 0.5)
+    tree.add(0, 6, 0.3)
+    b = tree.add(a, 7, 0.4)
+    logits = torch.zeros(len(tree), 10)
+    logits[0, 5] = logits[a, 7] = logits[b, 9] = 1.0
+    assert verify(tree, logits, 10, Sampling()) == ([0, a, b], 9)
+    logits[a, 7], logits[a, 2] = 0, 1
+    assert verify(tree, logits, 10, Sampling()) == ([0, a], 2)
+
+
+def test_sampling_is_keyed_by_seed_and_position():
+    logits = torch.randn(100, dtype=torch.float64)
+    s = Sampling(temperature=1.0, seed=3)
+    assert draw(logits, 7, s) == draw(logits.clone(), 7, s)
+    assert len({draw(logits, p, s) for p in range(50)}) > 5
+    p = probs(logits, Sampling(temperature=1.0, top_k=5, top_p=0.5))
+    assert (p > 0).sum() <= 5 and abs(float(p.sum()) - 1) < 1e-9
+
+
+def test_sampling_follows_the_target_distribution():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0], dtype=torch.float64)
+    s = Sampling(temperature=1.0, seed=11)
+    counts = torch.bincount(torch.tensor([draw(logits, p, s) for p in range(4000)]), minlength=4).double() / 4000
+    assert torch.allclose(counts, torch.softmax(logits, 0), atol=0.03)
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-2)])
+def test_bad_sampling_settings(kw):
+    with pytest.raises(ESPError):
+        Sampling(**kw)
+
+
+def test_commit_keeps_prefix_and_accepted_rows_in_order():
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    keys = torch.arange(10.0).view(1, 1, 10, 1).repeat(1, 2, 1, 3)
+    cache.update(keys.clone(), -keys.clone(), 0)
+    commit(cache, 4, [0, 2, 5])
+    assert cache.layers[0].keys[0, 0, :, 0].tolist() == [0, 1, 2, 3, 4, 6, 9]
+    assert cache.layers[0].values[0, 1, :, 0].tolist() == [-0.0, -1, -2, -3, -4, -6, -9]
+    commit(cache, 2, [0, 1])
+    assert cache.layers[0].keys.shape[2] == 4
