@@ -17,6 +17,8 @@ from typing import Hashable
 
 import torch
 
+from .errors import ESPError
+
 
 @dataclass(frozen=True)
 class Extra:
@@ -190,4 +192,4 @@ def make_layouts(kind: str) -> EfficientLayouts | NaiveLayouts:
         return EfficientLayouts()
     if kind == "naive":
         return NaiveLayouts()
-    raise ValueError(f"mask builder must be 'efficient' or 'naive', not {kind!r}")
+    raise ESPError(f"mask builder must be 'efficient' or 'naive', not {kind!r}.")

@@ -78,6 +78,12 @@ def build(spec: str, defaults: dict | None = None) -> Drafter:
         raise ESPError(f"{name}: {e}") from None
 
 
+def available() -> list[str]:
+    """Every registered method name, baselines included."""
+    _load_baselines()
+    return list(REGISTRY)
+
+
 def _load_baselines() -> None:
     """Import the baseline drafters so they register themselves (kept lazy to avoid import cycles)."""
     from . import drafters  # noqa: F401

@@ -67,6 +67,14 @@ class StepTrace:
         """A plain dict (JSON-ready)."""
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepTrace":
+        """The inverse of `to_dict` (for stored or exported traces)."""
+        d = dict(d)
+        d["nodes"] = [NodeTrace(**n) for n in d["nodes"]]
+        d["alignment"] = [AlignmentTrace(**a) for a in d.get("alignment", [])]
+        return cls(**d)
+
 
 @dataclass
 class RunSummary:

@@ -211,7 +211,7 @@ def test_exports(run, steps, hit, tmp_path):
     payload = trace_payload(steps, meta)
     assert json.loads(json.dumps(payload))["summary"]["tokens"] == run_summary(steps).tokens
     page = write_figures_html({"tree": tree_figure(hit), "mask": mask_figure(hit)}, tmp_path / "f.html").read_text()
-    assert page.count("<h2>") == 2 and "Draft tree" in page and "Tree-attention mask" in page
+    assert page.count("<h2>") == 2 and "Draft tree" in page and "Mask · step" in page
     assert page.count("plotly.js v") == 1  # Plotly.js embedded once, so the page works offline
 
 

@@ -140,13 +140,24 @@ class ESPDrafter(Drafter):
         depths = res.proposal.tree.depths
         if self.align is None:
             prompt = states[:, :1] if res.prefix_layers is None else torch.cat([torch.stack(res.prefix_layers), states[:, :1]], 1)
-            self.align = AlignmentTracker(prompt.mean(1))
+            self.align = AlignmentTracker(_robust_mean(prompt))
         else:
             self.align.label(ctx.step - 1, len(res.path) - 1)
         self.align.add_real([res.root_pos + depths[i] for i in res.path], states[:, res.path])
         d = depths[res.path[-1]]
         self.align.add_masks(ctx.step, [res.root_pos + d + j for j in range(1, self.cfg.k + 1)], states[:, mask_rows])
         return self.align.resolve()
+
+
+def _robust_mean(states: torch.Tensor) -> torch.Tensor:
+    """Per-layer mean over tokens (L+1, T, H) -> (L+1, H), leaving out attention-sink rows.
+
+    The first token's residual norm is ~100x the others' in middle layers (SmolLM2: 25000 vs 150), so a
+    plain mean would be that one token and centring would not remove the shared component.
+    """
+    norms = states.norm(dim=-1, keepdim=True)
+    keep = (norms <= 5 * norms.median(dim=1, keepdim=True).values).to(states.dtype)
+    return (states * keep).sum(1) / keep.sum(1).clamp_min(1)
 
 
 _STATS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

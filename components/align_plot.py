@@ -1,0 +1,68 @@
+"""Per-layer cosine alignment of mask states with the real future tokens, accepted vs rejected."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from esp.trace import AlignmentTrace, StepTrace
+
+from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+
+GROUPS = {"accepted": STATUS_COLORS["accepted"], "rejected": STATUS_COLORS["rejected"]}
+
+
+def layer_stats(records: Sequence[AlignmentTrace], raw: bool = False) -> dict[str, dict]:
+    """Per group (accepted / rejected): per-layer mean, mean - std, mean + std, and the record count."""
+    out = {}
+    for group in GROUPS:
+        rows = [r.cos_raw if raw else r.cos for r in records if r.accepted == (group == "accepted")]
+        if rows:
+            a = np.asarray(rows, dtype=float)
+            mean, std = a.mean(0), a.std(0)
+            out[group] = {"mean": mean, "lo": mean - std, "hi": mean + std, "n": len(rows)}
+    return out
+
+
+def align_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, raw: bool = False,
+                 height: int = 340) -> go.Figure:
+    """Two panels: the records resolved at step `upto`, and all records of steps 0..upto."""
+    steps = as_steps(steps)
+    upto = len(steps) - 1 if upto is None else upto
+    title = "Mask-to-future alignment (cosine per layer" + (", raw)" if raw else ", mean-centred)")
+    run = [r for s in steps[: upto + 1] for r in s.alignment]
+    if not run:
+        return message_figure(title, "No alignment yet: ESP records it once a mask's position is filled.", height)
+    data = []
+    for axis, records in (("", steps[upto].alignment), ("2", run)):
+        for group, st in layer_stats(records, raw).items():
+            data += _band(axis, group, st, legend=axis == "2")
+    layout = base_layout(title, height, **two_panels((f"this step ({upto})", f"run so far (steps 0-{upto})")))
+    layout["margin"]["t"] = 60
+    axis_title = {"text": "layer (0 = embeddings, last = post-norm)", "font": {"size": 10}}
+    layout["xaxis"]["title"] = layout["xaxis2"]["title"] = axis_title
+    layout["yaxis"]["title"] = {"text": "cosine"}
+    layout["yaxis2"]["matches"] = "y"
+    return figure(data, layout)
+
+
+def _band(axis: str, group: str, st: dict, legend: bool) -> list[dict]:
+    """Mean line with a ±1 std band: the upper edge (no line), then the lower edge filled up to it."""
+    color = GROUPS[group]
+    layers = list(range(len(st["mean"])))
+    common = {"type": "scatter", "x": layers, "mode": "lines", "xaxis": f"x{axis}", "yaxis": f"y{axis}",
+              "legendgroup": group}
+    return [
+        {**common, "y": st["hi"].tolist(), "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
+         "name": f"{group} +1 std"},
+        {**common, "y": st["lo"].tolist(), "line": {"width": 0}, "fill": "tonexty", "fillcolor": _rgba(color, 0.18),
+         "hoverinfo": "skip", "showlegend": False, "name": f"{group} -1 std"},
+        {**common, "y": st["mean"].tolist(), "line": {"color": color, "width": 2}, "showlegend": legend,
+         "name": f"{group} (n={st['n']})", "hovertemplate": f"{group} layer %{{x}}: %{{y:.3f}}<extra></extra>"},
+    ]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

@@ -1,0 +1,69 @@
+"""Shared bits of the view layer: trace normalisation, status colours, visible whitespace."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import plotly.graph_objects as go
+
+from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
+
+# One colour per node status; the mask heatmap and the text view reuse the accepted green.
+STATUS_COLORS = {ROOT: "#3b6fb6", ACCEPTED: "#2e9d57", REJECTED: "#d9544f", PRUNED: "#b0b0b0"}
+BONUS_COLOR = "#7b61c9"
+FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=12)
+
+# BPE tokens often start with or are whitespace; show it so " the" and "the" differ on screen.
+_WS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def show_ws(text: str) -> str:
+    """The token text with whitespace made visible (an empty token shows as ∅)."""
+    return text.translate(_WS) if text else "∅"
+
+
+def as_step(step: StepTrace | dict) -> StepTrace:
+    """A StepTrace from either a live trace or its JSON dict (as stored by the export)."""
+    return step if isinstance(step, StepTrace) else StepTrace.from_dict(step)
+
+
+def as_steps(steps: Iterable[StepTrace | dict]) -> list[StepTrace]:
+    return [as_step(s) for s in steps]
+
+
+def figure(data: list[dict], layout: dict) -> go.Figure:
+    """A Plotly figure from plain trace/layout dicts, skipping Plotly's per-property validation.
+
+    Validation costs 20-60 ms per figure, as much as a whole engine step on a CPU; the builders'
+    output is validated once in the tests instead (tests/test_components.py)."""
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def base_layout(title: str, height: int, **extra) -> dict:
+    """Common styling: compact margins, white background, a small title, a legend below."""
+    layout = {
+        "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
+        "height": height, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}, "font": FONT,
+        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "legend": {"orientation": "h", "y": -0.02, "yanchor": "top"},
+    }
+    layout.update(extra)
+    return layout
+
+
+def two_panels(titles: tuple[str, str], gap: float = 0.06) -> dict:
+    """Layout keys for two side-by-side panels (axes x/y and x2/y2) with their titles; a cheap
+    stand-in for make_subplots, which costs ~50 ms per call."""
+    half = (1 - gap) / 2
+    notes = [{"text": t, "x": x, "y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "center",
+              "yanchor": "bottom", "showarrow": False, "font": {"size": 12}}
+             for t, x in zip(titles, (half / 2, 1 - half / 2))]
+    return {"xaxis": {"domain": [0, half], "anchor": "y"}, "xaxis2": {"domain": [1 - half, 1], "anchor": "y2"},
+            "yaxis": {"anchor": "x"}, "yaxis2": {"anchor": "x2"}, "annotations": notes}
+
+
+def message_figure(title: str, text: str, height: int = 320) -> go.Figure:
+    """An empty figure carrying one centred note (no data for this view)."""
+    note = {"text": text, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper", "showarrow": False,
+            "font": {"size": 13, "color": "#666"}}
+    hidden = {"visible": False}
+    return figure([], base_layout(title, height, annotations=[note], xaxis=hidden, yaxis=hidden))

@@ -1,0 +1,54 @@
+"""A step's tree-attention mask as a heatmap: block rows x (one prefix column + block columns)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from esp.trace import StepTrace
+
+from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+
+BLOCKED, VISIBLE, ON_PATH = 0, 1, 2
+STATES = {BLOCKED: "blocked", VISIBLE: "visible", ON_PATH: "accepted path"}
+# A stepped colour scale: each of the three integer values gets one flat band.
+_SCALE = [[0.0, "#f1f1f1"], [1 / 3, "#f1f1f1"], [1 / 3, "#8fb8e8"], [2 / 3, "#8fb8e8"],
+          [2 / 3, STATUS_COLORS["accepted"]], [1.0, STATUS_COLORS["accepted"]]]
+
+
+def row_names(step: StepTrace | dict) -> list[str]:
+    """Unique "i:token" names of the block rows (node rows by their token, other rows by their label)."""
+    step = as_step(step)
+    by_row = {n.row: n.text for n in step.nodes if n.row is not None}
+    return [f"{i}:{show_ws(by_row[i]) if i in by_row else label}" for i, label in enumerate(step.row_labels)]
+
+
+def mask_matrix(step: StepTrace | dict) -> list[list[int]]:
+    """Cell states: blocked / visible / on the accepted path (visible, and both row and column were
+    committed; the prefix column counts as committed)."""
+    step = as_step(step)
+    kept = set(step.accepted_rows)
+    return [
+        [ON_PATH if seen and r in kept and (c == 0 or c - 1 in kept) else VISIBLE if seen else BLOCKED
+         for c, seen in enumerate(row)]
+        for r, row in enumerate(step.mask)
+    ]
+
+
+def mask_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
+    step = as_step(step)
+    title = f"Mask · step {step.step}"
+    if not step.mask:
+        return message_figure(title, "This run did not record masks.", height)
+    names = row_names(step)
+    heat = {
+        "type": "heatmap", "z": mask_matrix(step), "x": [f"prefix ×{step.n_past}"] + names, "y": names,
+        "zmin": 0, "zmax": 2, "colorscale": _SCALE, "xgap": 1, "ygap": 1,
+        "colorbar": {"tickvals": [1 / 3, 1, 5 / 3], "ticktext": list(STATES.values()), "thickness": 12, "len": 0.6},
+        "hovertemplate": "row %{y}<br>sees %{x}: %{z}<extra>0 blocked · 1 visible · 2 accepted path</extra>",
+    }
+    # Rows top-down like a matrix; categorical axes keep every label even where tokens repeat.
+    layout = base_layout(
+        f"{title} · {len(names)} rows · prefix {step.n_past}", height,
+        yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
+        xaxis={"type": "category", "tickangle": -60, "tickfont": {"size": 9}, "side": "bottom"},
+    )
+    return figure([heat], layout)

@@ -1,0 +1,64 @@
+"""The app's controls -> an engine method spec and a sampling rule, checked before any model work."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from esp.drafters.esp import INITS, TREES, ESPConfig
+from esp.errors import ESPError
+from esp.sampling import Sampling
+
+__all__ = ["INITS", "LAYOUTS", "MODES", "TREES", "RunSettings"]
+
+LAYOUTS = ("efficient", "naive")
+MODES = ("greedy", "sampling")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a run needs besides the prompt and the model, validated by the engine's own rules."""
+
+    k: int = 2
+    bc: int = 30
+    lam: float = 0.1
+    init: str = "mean"
+    tree: str = "static"
+    mode: str = "greedy"
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+    max_new_tokens: int = 64
+    layouts: str = "efficient"
+
+    def __post_init__(self):
+        # Sliders hand over floats; the engine wants ints where it counts.
+        for name in ("k", "bc", "seed", "max_new_tokens"):
+            value = getattr(self, name)
+            if value is None or float(value) != int(value):
+                raise ESPError(f"{name} must be a whole number, not {value}.")
+            object.__setattr__(self, name, int(value))
+        if self.mode not in MODES:
+            raise ESPError(f"decoding must be 'greedy' or 'sampling', not {self.mode!r}.")
+        if self.max_new_tokens < 1:
+            raise ESPError(f"max new tokens must be at least 1, not {self.max_new_tokens}.")
+        if self.layouts not in LAYOUTS:
+            raise ESPError(f"mask construction must be 'efficient' or 'naive', not {self.layouts!r}.")
+        self.esp_config()  # raises ESPError with the engine's sentence for impossible k / BC / lambda
+        self.sampling()
+
+    def esp_config(self) -> ESPConfig:
+        return ESPConfig(k=self.k, bc=self.bc, lam=float(self.lam), tree=self.tree, init=self.init)
+
+    def esp_spec(self) -> str:
+        """The method spec for esp.methods.build."""
+        return f"esp:k={self.k}:bc={self.bc}:lam={float(self.lam)}:tree={self.tree}:init={self.init}"
+
+    def sampling(self) -> Sampling:
+        if self.mode == "greedy":
+            return Sampling(seed=self.seed)
+        return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), seed=self.seed)
+
+    def describe(self) -> str:
+        tree = self.esp_config()
+        shape = f"dynamic N={tree.n_nodes}" if self.tree == "dynamic" else f"static shape {tree.static_shape}"
+        return (f"k={self.k}, BC={self.bc} ({shape}, {tree.n_nodes} nodes), λ={float(self.lam):g}, "
+                f"init={self.init}, {self.mode}, {self.layouts} mask")

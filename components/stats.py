@@ -1,0 +1,63 @@
+"""Run statistics from traces: tau, speed, forwards saved, acceptance histogram, timing breakdown."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from esp.trace import RunSummary, StepTrace, summarize
+
+from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure
+
+# Engine phases in the order they run (StepTrace.timings keys; "total" is their sum).
+PHASES = ("draft", "mask", "forward", "verify", "commit", "trace")
+_PHASE_COLORS = ("#f2a541", "#8fb8e8", "#3b6fb6", "#2e9d57", "#7b61c9", "#b0b0b0")
+
+
+def run_summary(steps: Sequence[StepTrace | dict], upto: int | None = None) -> RunSummary:
+    """The engine's summary over steps 0..upto, timed by the engine's own per-step totals."""
+    steps = as_steps(steps)
+    done = steps[: (len(steps) if upto is None else upto + 1)]
+    method = done[0].method if done else "?"
+    return summarize(method, done, sum(s.timings.get("total", 0.0) for s in done))
+
+
+def stats_markdown(summary: RunSummary) -> str:
+    """The headline numbers as a one-row Markdown table."""
+    saved = summary.tokens - summary.forwards  # plain decoding needs one forward per token
+    return (
+        "| tokens | forwards | τ (tokens/forward) | tokens/s | forwards saved |\n"
+        "|---:|---:|---:|---:|---:|\n"
+        f"| {summary.tokens} | {summary.forwards} | {summary.tau:.2f} | {summary.tokens_per_s:.1f} | {saved} |"
+    )
+
+
+def accept_hist_figure(summary: RunSummary, current: int | None = None, height: int = 260) -> go.Figure:
+    """Steps per accepted-draft count (prefill excluded); the current step's bar highlighted."""
+    title = "Accepted drafts per step"
+    if not summary.accept_hist:
+        return message_figure(title, "No decoding step yet.", height)
+    xs = list(range(max(summary.accept_hist) + 1))
+    bar = {"type": "bar", "x": xs, "y": [summary.accept_hist.get(x, 0) for x in xs], "name": "steps",
+           "marker": {"color": [STATUS_COLORS["accepted"] if x == current else "#8fb8e8" for x in xs]},
+           "hovertemplate": "%{y} steps accepted %{x}<extra></extra>"}
+    layout = base_layout(title, height, xaxis={"title": {"text": "accepted drafts"}, "dtick": 1},
+                         yaxis={"title": {"text": "steps"}})
+    return figure([bar], layout)
+
+
+def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None, height: int = 260) -> go.Figure:
+    """Stacked per-step engine time by phase, in milliseconds; a dotted line marks the current step."""
+    steps = as_steps(steps)
+    title = "Engine time per step (ms)"
+    if not steps:
+        return message_figure(title, "No step yet.", height)
+    xs = [s.step for s in steps]
+    bars = [{"type": "bar", "x": xs, "y": [1000 * s.timings.get(p, 0.0) for s in steps], "name": p,
+             "marker": {"color": c}, "hovertemplate": f"{p}: %{{y:.1f}} ms<extra>step %{{x}}</extra>"}
+            for p, c in zip(PHASES, _PHASE_COLORS)]
+    marks = [] if current is None else [{"type": "line", "x0": current, "x1": current, "y0": 0, "y1": 1,
+                                         "xref": "x", "yref": "paper", "line": {"color": "#333", "width": 1, "dash": "dot"}}]
+    layout = base_layout(title, height, barmode="stack", bargap=0.15, shapes=marks,
+                         xaxis={"title": {"text": "step"}})
+    return figure(bars, layout)
