@@ -5,11 +5,12 @@ from dataclasses import dataclass
 
 from esp.drafters.esp import INITS, TREES, ESPConfig
 from esp.errors import ESPError
+from esp.layout import BUILDERS
 from esp.sampling import Sampling
 
 __all__ = ["INITS", "LAYOUTS", "MODES", "TREES", "RunSettings"]
 
-LAYOUTS = ("efficient", "naive")
+LAYOUTS = BUILDERS
 MODES = ("greedy", "sampling")
 
 

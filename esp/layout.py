@@ -186,6 +186,9 @@ class NaiveLayouts:
         return torch.tensor(rows, dtype=dtype, device=device)[None, None]
 
 
+BUILDERS = ("efficient", "naive")
+
+
 def make_layouts(kind: str) -> EfficientLayouts | NaiveLayouts:
     """'efficient' (default) or 'naive'."""
     if kind == "efficient":
