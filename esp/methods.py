@@ -52,7 +52,6 @@ def _convert(method: str, key: str, value: str, kind: type):
 
 def parse(spec: str, defaults: dict | None = None) -> tuple[str, dict]:
     """'esp:k=2:bc=30' -> ('esp', {'k': 2, 'bc': 30}), defaults filling only settings the method has."""
-    _load_baselines()
     name, *pairs = spec.strip().split(":")
     if name not in REGISTRY:
         raise ESPError(f"Unknown method {name!r}: choose from {', '.join(REGISTRY)}.")
@@ -80,10 +79,5 @@ def build(spec: str, defaults: dict | None = None) -> Drafter:
 
 def available() -> list[str]:
     """Every registered method name, baselines included."""
-    _load_baselines()
     return list(REGISTRY)
 
-
-def _load_baselines() -> None:
-    """Import the baseline drafters so they register themselves (kept lazy to avoid import cycles)."""
-    from . import drafters  # noqa: F401
