@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import QUESTIONS, ROOT
+from conftest import QUESTIONS, ROOT, spec_bench
 from esp import bench
 from esp.engine import Decoder
 from esp.errors import ESPError
@@ -37,8 +37,7 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, needle):
 
 
 def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
-    qs = [json.loads(x) for x in QUESTIONS.read_text().splitlines()]
-    picked = [next(q for q in qs if q["category"] == c) for c in ("translation", "coding")]
+    picked = [q for q in spec_bench(1) if q["category"] in ("translation", "coding")]
     qfile = tmp_path / "q.jsonl"
     qfile.write_text("\n".join(json.dumps(q) for q in picked))
     out = tmp_path / "r.json"
