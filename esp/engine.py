@@ -148,9 +148,13 @@ class Decoder:
         t0 = time.perf_counter()
         on_path = set(res.path)
         depths = tree.depths
+        own = [self.drafter.source] if self.drafter.source else []
+        srcs = [list(x) for x in tree.sources] if tree.sources else [[]] + [own] * (len(tree) - 1)
+        ps = tree.p or [None] * len(tree)
         nodes = [
             NodeTrace(i, tok, lm.text(tok), tree.parents[i], depths[i], tree.probs[i], tree.cum_probs[i],
-                      ROOT if i == 0 else ACCEPTED if i in on_path else REJECTED, i, res.root_pos + depths[i])
+                      ROOT if i == 0 else ACCEPTED if i in on_path else REJECTED, i, res.root_pos + depths[i],
+                      srcs[i], ps[i])
             for i, tok in enumerate(tree.tokens)
         ]
         for parent, tok, p, cum in tree.pruned:
@@ -173,7 +177,7 @@ class Decoder:
             accepted=drafted, bonus=res.bonus, emitted=res.emitted, emitted_text=[lm.text(t) for t in res.emitted],
             row_labels=labels, row_kinds=kinds, positions=(res.root_pos + lay.offsets).tolist(), mask=mask,
             accepted_rows=list(res.path), shape=tree.shape(), timings=timings, ema=notes.ema,
-            alignment=notes.alignment, prefill=prefill,
+            alignment=notes.alignment, prefill=prefill, cost=notes.cost,
         )
 
     def generate(self, prompt_ids: list[int]) -> Generation:

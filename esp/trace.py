@@ -9,6 +9,10 @@ from dataclasses import asdict, dataclass, field
 
 # Node statuses in a step's draft tree.
 ROOT, ACCEPTED, REJECTED, PRUNED = "root", "accepted", "rejected", "pruned"
+# Where a drafted token came from (NodeTrace.sources): ESP's mask rows, a copy of earlier text (prompt or
+# output lookup), the table of the model's own past distributions, LADE's lookahead n-gram pool.
+ESP, LOOKUP, TABLE, POOL = "esp", "lookup", "table", "pool"
+SOURCES = (ESP, LOOKUP, TABLE, POOL)
 
 
 @dataclass
@@ -25,6 +29,8 @@ class NodeTrace:
     status: str  # root / accepted / rejected / pruned
     row: int | None  # row of this node in the block (None for pruned candidates, never fed)
     position: int | None  # its position id (None when pruned)
+    sources: list[str] = field(default_factory=list)  # SOURCES that proposed this token (empty for the root)
+    p: float | None = None  # calibrated P(accepted), product along the path; None where nothing calibrates
 
 
 @dataclass
@@ -62,6 +68,12 @@ class StepTrace:
     ema: dict[str, float] | None = None  # ESP mask state: norm, cos_init
     alignment: list[AlignmentTrace] = field(default_factory=list)
     prefill: bool = False
+    # Budgeted drafters only (bc=auto or a hybrid): how this step's width was chosen. Keys:
+    #   budget ("auto" or the fixed cap), rows (block width fed), cap (most rows allowed),
+    #   expected_tokens (1 + sum of the chosen nodes' P + value of the masks fed),
+    #   predicted_s (t(rows) from the curve), measured_s (this forward, LM head included),
+    #   curve {"q": [...], "t": [...]} (seconds per forward of q rows, as corrected so far).
+    cost: dict | None = None
 
     def to_dict(self) -> dict:
         """A plain dict (JSON-ready)."""

@@ -17,6 +17,8 @@ class DraftTree:
     probs: list[float]  # draft probability of each node (1.0 for the root)
     cum_probs: list[float]
     pruned: list[tuple[int, int, float, float]] = field(default_factory=list)  # (parent, token, prob, cum)
+    sources: list[tuple[str, ...]] | None = None  # per node, when a drafter merges several sources
+    p: list[float] | None = None  # per node, calibrated P(accepted), when a drafter calibrates
 
     @classmethod
     def root_only(cls, root: int) -> "DraftTree":

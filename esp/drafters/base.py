@@ -55,12 +55,14 @@ class Notes:
 
     ema: dict[str, float] | None = None
     alignment: list = field(default_factory=list)
+    cost: dict | None = None  # budgeted drafters: how the step's width was chosen (see StepTrace.cost)
 
 
 class Drafter:
     """Drafts nothing: plain autoregressive decoding through the same machinery."""
 
     name = "ar"
+    source: str | None = None  # what every drafted node's trace names as its source (esp.trace.SOURCES)
 
     def start(self, ctx: Context) -> None:
         """Reset for a new prompt (ctx.tokens is the prompt)."""

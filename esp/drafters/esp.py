@@ -8,6 +8,7 @@ import torch
 from ..alignment import AlignmentTracker
 from ..errors import ESPError
 from ..tree import DraftTree, dynamic_tree, static_tree
+from ..trace import ESP
 from .base import Context, Drafter, Notes, Proposal, StepResult
 
 # The paper's static shapes per (BC, k).
@@ -77,6 +78,7 @@ class ESPDrafter(Drafter):
     the last accepted node."""
 
     name = "esp"
+    source = ESP
 
     def __init__(self, config: ESPConfig = ESPConfig()):
         self.cfg = config

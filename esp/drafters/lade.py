@@ -31,6 +31,7 @@ import torch
 from ..errors import ESPError
 from ..layout import Extra
 from ..tree import DraftTree
+from ..trace import POOL
 from .base import Context, Drafter, Notes, Proposal, StepResult
 
 
@@ -58,6 +59,7 @@ class LADEDrafter(Drafter):
     """Lookahead window in extra rows, pool n-grams as draft chains."""
 
     name = "lade"
+    source = POOL
 
     def __init__(self, n: int = 5, w: int = 7, g: int = 7):
         if not (isinstance(n, int) and n >= 3):

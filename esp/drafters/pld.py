@@ -5,6 +5,7 @@ import torch
 
 from ..errors import ESPError
 from ..tree import DraftTree
+from ..trace import LOOKUP
 from .base import Context, Drafter, Proposal
 
 RULES = ("pld", "hf")
@@ -37,6 +38,7 @@ class PLDDrafter(Drafter):
     """Drafts a chain copied from the prompt or the output so far."""
 
     name = "pld"
+    source = LOOKUP
 
     def __init__(self, n: int = 3, draft: int = 10, rule: str = "pld"):
         if not (isinstance(n, int) and n >= 1):

@@ -25,6 +25,7 @@ import torch
 from ..errors import ESPError
 from ..sampling import probs as target_probs
 from ..tree import best_first
+from ..trace import TABLE
 from .base import Context, Drafter, Notes, Proposal, StepResult
 
 
@@ -76,6 +77,7 @@ class STANDDrafter(Drafter):
     """Best-first tree from the n-gram table, bc - 1 draft nodes per step."""
 
     name = "stand"
+    source = TABLE
 
     def __init__(self, bc: int = 30, top: int = 10, n: int = 4):
         if not (isinstance(bc, int) and bc >= 2):
