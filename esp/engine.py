@@ -69,12 +69,17 @@ class Decoder:
         return time.perf_counter()
 
     @torch.inference_mode()
-    def stream(self, prompt_ids: list[int]) -> Iterator[StepTrace]:
-        """Decode, yielding one trace per target forward (the prefill first)."""
+    def stream(self, prompt_ids: list[int], n_prompt: int | None = None) -> Iterator[StepTrace]:
+        """Decode, yielding one trace per target forward (the prefill first).
+
+        `n_prompt` < len(prompt_ids) resumes a run: the ids after the first `n_prompt` are output already
+        committed (drafters catch up on it, e.g. ESP's EMA), and only new tokens count towards the limit.
+        """
         self.check_prompt(prompt_ids)
         lm = self.lm
         cache = lm.new_cache()
-        ctx = Context(lm, list(prompt_ids), len(prompt_ids), self.sampling, 0, self.align)
+        n_prompt = len(prompt_ids) if n_prompt is None else n_prompt
+        ctx = Context(lm, list(prompt_ids), n_prompt, self.sampling, 0, self.align)
         self.drafter.start(ctx)
         pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
         past = produced = 0

@@ -93,7 +93,7 @@ class ESPDrafter(Drafter):
         return f"esp k={c.k} bc={c.bc} {tree} lam={c.lam} init={c.init}"
 
     def start(self, ctx: Context) -> None:
-        e = ctx.lm.embed(ctx.tokens)
+        e = ctx.lm.embed(ctx.tokens[: ctx.n_prompt])
         acc = torch.float64 if e.dtype == torch.float64 else torch.float32
         e = e.to(acc)
         k = self.cfg.k
@@ -107,6 +107,7 @@ class ESPDrafter(Drafter):
             m = mu + sigma * torch.randn(k, mu.numel(), generator=g, dtype=torch.float64).to(mu)
         self.m = m.to(acc).clone()
         self.m0 = self.m.clone()
+        self._ema(ctx.lm, ctx.tokens[ctx.n_prompt :])  # a resumed run: output already committed
         self.dists = None
         self.align = None
 
@@ -127,15 +128,20 @@ class ESPDrafter(Drafter):
         notes = Notes()
         if ctx.align and res.layers is not None:
             notes.alignment = self._align(ctx, res, rows)
-        e = ctx.lm.embed(res.emitted).to(self.m.dtype)
-        lam = self.cfg.lam
-        for x in e:
-            self.m += lam * (x - self.m)
+        self._ema(ctx.lm, res.emitted)
         notes.ema = {
             "norm": float(self.m.norm(dim=-1).mean()),
             "cos_init": float(torch.cosine_similarity(self.m, self.m0, dim=-1).mean()),
         }
         return notes
+
+    def _ema(self, lm, tokens: list[int]) -> None:
+        """m <- m + lambda (e(x) - m) for each emitted token x, in order."""
+        if not tokens:
+            return
+        lam = self.cfg.lam
+        for x in lm.embed(tokens).to(self.m.dtype):
+            self.m += lam * (x - self.m)
 
     def _align(self, ctx: Context, res: StepResult, mask_rows: list[int]) -> list:
         states = torch.stack(res.layers)  # (L+1, B, H)
