@@ -23,11 +23,12 @@ STAMP := $(VENV)/.esp-deps-$(DEPS_HASH)
 # Then: make the venv without pip and install pip from its wheel on PyPI (pip runs from its own
 # wheel file), so that a stock python3 and PyPI are all that is needed.
 define BOOTSTRAP_PIP
-import hashlib, json, os, ssl, subprocess, sys, tempfile, urllib.request
+import hashlib, json, os, ssl, subprocess, sys, tempfile, urllib.parse, urllib.request
 ctx = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
 get = lambda url: urllib.request.urlopen(url, context=ctx, timeout=120).read()
-whl = next(f for f in json.loads(get("https://pypi.org/pypi/pip/json"))["urls"] if f["packagetype"] == "bdist_wheel")
-data = get(whl["url"])
+api = "https://pypi.org/pypi/pip/json"
+whl = next(f for f in json.loads(get(api))["urls"] if f["packagetype"] == "bdist_wheel")
+data = get(urllib.parse.urljoin(api, whl["url"]))  # the URL may be relative (mirrors, proxies)
 assert hashlib.sha256(data).hexdigest() == whl["digests"]["sha256"], "pip wheel: bad sha256"
 path = os.path.join(tempfile.mkdtemp(), whl["filename"])
 open(path, "wb").write(data)

@@ -41,7 +41,7 @@ cp -a "$base" "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-  chroot "$root" update-ca-certificates >/dev/null
+  chroot "$root" update-ca-certificates >/dev/null 2>&1
 fi
 pip_env=()
 while IFS= read -r v; do pip_env+=("$v"); done < <(env | grep -E '^PIP_(FIND_LINKS|CERT|DEFAULT_TIMEOUT)=' || true)
