@@ -46,7 +46,7 @@ export BOOTSTRAP_PIP
 	  rm -rf .venv && python3 -m venv --without-pip .venv && .venv/bin/python -c "$$BOOTSTRAP_PIP"; }
 
 $(STAMP): | $(VENV)/bin/pip
-	@echo "Installing requirements into $(VENV) (first time: about 1.5 minutes, 1.7 GB)"
+	@echo "Installing requirements into $(VENV) (first time: 1-2 minutes, 1.7 GB)"
 	rm -f $(VENV)/.esp-deps-*
 	$(PYTHON) -m pip install --progress-bar off -r requirements-dev.txt
 	$(PYTHON) -m pip install --progress-bar off --no-deps $(EMBEDDED)
