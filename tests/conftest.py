@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 # Checked last: a test run must leave the checkout as it found it (tests/test_tree_clean.py).
 TREE_CHECK = "test_tree_clean.py"
+_TREE_AT_START = pytest.StashKey()
 
 
 def tree_state(root: Path = ROOT) -> dict[str, tuple[str, str]] | None:
@@ -48,9 +49,6 @@ def pytest_sessionstart(session):
 def pytest_collection_modifyitems(items):
     """The tree check runs after every other test, whatever the order of the files."""
     items.sort(key=lambda item: item.path.name == TREE_CHECK)
-
-
-_TREE_AT_START = pytest.StashKey()
 
 
 @pytest.fixture(scope="session")
