@@ -22,7 +22,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["esp.bench", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
     (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:k=9"], "k (mask tokens)"),
     (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:depth=3"], "unknown setting"),
-    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be int"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be an integer or 'auto'"),
     (["esp.bench", "--questions", "/nonexistent.jsonl"], "not found"),
     (["esp.bench", "--questions", str(QUESTIONS), "--per-category", "0"], "--per-category"),
     (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),

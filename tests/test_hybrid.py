@@ -132,12 +132,12 @@ def test_a_path_proposed_by_two_sources_is_one_node(tiny_lm):
     assert all(0 < tree.p[i] <= tree.p[tree.parents[i]] for i in range(1, len(tree)))
 
 
-def test_every_fed_node_labels_its_candidates(tiny_lm):
+def test_fed_nodes_label_all_their_candidates(tiny_lm):
     lm = tiny_lm("llama")
     d = HybridDrafter(bc=12, curve=FLAT)
     run = Decoder(lm, d, max_new_tokens=12).generate(_prompt(1, lm.vocab_size))
     fed = sum(len(s.nodes) for s in run.steps)
-    assert d.calibrator.seen > fed  # unfed candidates of fed nodes are labelled too
+    assert d.calibrator.seen > fed  # several candidates per fed node, fed or not
 
 
 # ---------------------------------------------------------------- the engine with budgets
@@ -151,7 +151,8 @@ def test_fixed_budget_fills_its_rows_and_traces_sources_p_and_cost(tiny_lm):
     # is often short of them, and without ESP drafts on a step nothing else ranks the whole vocabulary).
     assert max(widths) == 30 and sum(w == 30 for w in widths) >= 0.7 * len(widths), widths
     for s in run.steps:
-        assert set(s.cost) == {"budget", "rows", "cap", "expected_tokens", "predicted_s", "measured_s", "curve"}
+        assert set(s.cost) == {"budget", "rows", "cap", "expected_tokens", "reliability", "predicted_s", "measured_s",
+                               "curve"}
         assert s.cost["rows"] == len(s.positions) and s.cost["budget"] == 30 and s.cost["measured_s"] > 0
         drafted = [n for n in s.nodes if n.status != "root"]
         assert all(n.sources and set(n.sources) <= {"esp", "lookup", "table"} and 0 < n.p <= 1 for n in drafted)
@@ -191,15 +192,15 @@ SPECS = ("hybrid:bc=24", "hybrid:bc=40:k=2", "esp:bc=auto", "stand:bc=auto")
 def test_tiny_models_lossless(tiny_lm, arch, mode):
     lm = tiny_lm(arch)
     accepted = 0
-    for seed in range(4):
+    for seed in range(3):
         s = SAMPLERS[mode](seed)
         prompt = _prompt(seed, lm.vocab_size)
-        ar = Decoder(lm, sampling=s, max_new_tokens=40).generate(prompt)
+        ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
         for spec in SPECS + ("hybrid",):
             d = build(spec)
             if spec == "hybrid":
                 d.curve = FLAT  # bc=auto on a GPU-like curve drafts wide
-            run = Decoder(lm, d, sampling=s, max_new_tokens=40).generate(prompt)
+            run = Decoder(lm, d, sampling=s, max_new_tokens=32).generate(prompt)
             assert run.tokens == ar.tokens, (arch, mode, seed, spec)
             accepted += sum(len(st.accepted) for st in run.steps)
     assert accepted > 0
@@ -207,7 +208,7 @@ def test_tiny_models_lossless(tiny_lm, arch, mode):
 
 @pytest.mark.parametrize("mode", list(SAMPLERS))
 def test_embedded_model_lossless(lm, mode):
-    qs = [q for q in spec_bench(1) if q["category"] in ("extraction", "coding")]
+    qs = [q for q in spec_bench(1) if q["category"] == "extraction"]  # copies and mask drafts both pay
     s = SAMPLERS[mode](3)
     sources = set()
     for q in qs:
