@@ -37,4 +37,5 @@ def compare_figure(rows: list[list], height: int = 300) -> go.Figure:
     layout = base_layout(title, height, showlegend=False, shapes=even,
                          **two_panels(("τ (tokens per forward)", "speed-up vs ar (tokens/s)")))
     layout["margin"]["t"] = 60
+    layout["xaxis"]["tickangle"] = layout["xaxis2"]["tickangle"] = -30  # long method labels stay whole
     return figure(data, layout)
