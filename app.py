@@ -48,6 +48,7 @@ log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
 LIMITS = Limits.from_env()
 SESSION_TTL_S = 3600
+QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
 # Output order of every per-step render; the run's last output tuple therefore holds text + figures.
 VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing")
 # While a run streams, the page gets at most one update per UPDATE_S (engine steps in between are stored,
@@ -300,15 +301,13 @@ def _examples() -> list[list[str]]:
     return [[e["prompt"]] for e in json.loads((ASSETS / "examples.json").read_text())]
 
 
-class Choice(gr.Dropdown):
-    """A dropdown whose value the event function checks itself: a value outside the list (possible from
-    the API) is then refused in one line of ours, instead of Gradio's check logging a traceback."""
-
-    def get_block_name(self) -> str:
-        return "dropdown"  # the stock Svelte component
-
-    def preprocess(self, payload: Any) -> Any:
-        return payload
+def checked_by_us(component: gr.components.Component) -> gr.components.Component:
+    """`component` without Gradio's own value check (choices, slider bounds): the event functions check
+    every value themselves (RunSettings, LIMITS), so a bad value sent through the API is refused in one
+    line of ours instead of Gradio's error plus a traceback in the server log. (A subclass would do the
+    same, but Gradio writes a .pyi stub next to the module of every component subclass.)"""
+    component.preprocess = lambda payload: payload
+    return component
 
 
 KNOB_INFO = {"k": "mask tokens = tree depth", "bc": "block budget: tokens per forward",
@@ -325,9 +324,9 @@ def build_app() -> gr.Blocks:
             with gr.Column(scale=1, min_width=300, elem_id="controls"):
                 prompt = gr.Textbox(label="Prompt", lines=4, elem_id="prompt",
                                     placeholder="Ask something, or pick an example below.")
-                model = Choice(list(LIMITS.models), value=LIMITS.models[0], label="Model", elem_id="model",
+                model = gr.Dropdown(list(LIMITS.models), value=LIMITS.models[0], label="Model", elem_id="model",
                                info="The models this server offers ('embedded' = SmolLM2-135M).")
-                method = Choice(methods.available(), value="esp", label="Method", elem_id="method",
+                method = gr.Dropdown(methods.available(), value="esp", label="Method", elem_id="method",
                                 info="esp = the paper's ESP; the others are baselines (ar = plain decoding).")
                 k = gr.Slider(1, 4, value=2, step=1, label="k", info=KNOB_INFO["k"], elem_id="k")
                 bc = gr.Slider(4, 120, value=30, step=1, label="BC", info=KNOB_INFO["bc"], elem_id="bc")
@@ -380,6 +379,8 @@ def build_app() -> gr.Blocks:
                     files = gr.File(label="Downloads", file_count="multiple", elem_id="export-files")
 
         knobs = [k, bc, lam, model, init, tree, mode, temperature, top_p, seed, max_new, layouts]
+        for c in (*knobs, method):
+            checked_by_us(c)
         checked = [k, bc, lam, init, tree, mode, temperature, top_p, seed, max_new, layouts, method]
         views = [text, tree_plot, mask_plot, align_plot, stats, hist_plot, timing_plot]
         for c in checked:
@@ -426,7 +427,7 @@ def main() -> None:
     # and every view of a stored trace, work before the model is ready; a Run meanwhile waits for it.
     threading.Thread(target=warm, args=(LIMITS.models[0],), daemon=True).start()
     demo = build_app()
-    demo.queue(max_size=16)
+    demo.queue(max_size=QUEUE_SIZE)
     demo.launch(server_name=host, server_port=port, **launch_options())
 
 

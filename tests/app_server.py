@@ -11,7 +11,7 @@ def serve() -> Iterator[str]:
     import app
 
     demo = app.build_app()
-    demo.queue(max_size=8).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
+    demo.queue(max_size=app.QUEUE_SIZE).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
                                   **app.launch_options())
     try:
         yield demo.local_url
