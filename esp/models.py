@@ -65,15 +65,19 @@ def default_device() -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
-@functools.lru_cache(maxsize=2)
 def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None) -> LM:
     """Load (once per process) the model called `name`: 'embedded', a Hub id or a local folder."""
+    # One cache key per model, however the call spells it (load() and load("embedded") share one LM).
+    return _load((name or EMBEDDED).strip(), device, dtype)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str, device: str | None, dtype: str | None) -> LM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = default_device()
     dev = torch.device(device) if device else dev
     dt = getattr(torch, dtype) if dtype else dt
-    name = (name or EMBEDDED).strip()
     kwargs = {}
     if name == EMBEDDED and _converted().joinpath("model.safetensors").exists():
         source = str(_converted())

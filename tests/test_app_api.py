@@ -102,15 +102,16 @@ def test_export_files(client, streamed):
     (dict(prompt="hi", max_new_tokens=100_000), "at most 512 new tokens"),
     (dict(prompt="word " * 3000), "shorten it"),
 ])
-def test_bad_input_gives_one_line_and_keeps_the_run(client, streamed, caplog, capfd, bad, message):
-    from esp.models import load
+def test_bad_input_gives_one_line_and_keeps_the_run(client, streamed, caplog, capfd, monkeypatch, bad, message):
+    import app
 
-    loads = load.cache_info().misses
+    loads = []
+    monkeypatch.setattr(app, "load", lambda *a, **kw: loads.append(a) or pytest.fail("a refused request loaded"))
     caplog.set_level(logging.INFO, logger="esp.app")
     outputs = _outputs(client, **{**SHORT, **bad})
     assert len(outputs) == 1 and outputs[0][0].startswith("⚠️") and message in outputs[0][0]
     assert "\n" not in outputs[0][0]
-    assert load.cache_info().misses == loads  # nothing was loaded for a refused request
+    assert not loads  # nothing was loaded for a refused request
     refused = [r for r in caplog.records if r.name == "esp.app"]
     assert len(refused) == 1 and message in refused[0].getMessage()  # one log line, no traceback
     assert "Traceback" not in capfd.readouterr().err
