@@ -3,7 +3,7 @@
 PYTHON ?= python3
 STAMP := .deps-installed
 
-.PHONY: app test bench install
+.PHONY: app test bench install screenshot
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m pip install -q -r requirements-dev.txt
@@ -21,3 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) -m esp.bench --questions ../shared/data/spec_bench/question.jsonl --methods ar,esp --per-category 1
+
+# Refresh the README's picture, docs/screenshot.png (needs /usr/bin/chromium); the tests never write docs/.
+screenshot: $(STAMP)
+	$(PYTHON) scripts/screenshot.py

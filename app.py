@@ -20,8 +20,10 @@ from typing import Any, Iterator
 import gradio as gr
 
 from components.align_plot import align_figure
+from components.captions import CAPTIONS
 from components.compare_view import COLUMNS, compare_figure, compare_rows
-from components.export import write_figures_html, write_trace_json
+from components.cost_view import cost_figure, cost_sentences, ratio, step_width
+from components.export import read_trace_json, write_figures_html, write_trace_json
 from components.limits import Limits
 from components.mask_plot import mask_figure
 from components.settings import INITS, KNOBS, LAYOUTS, MODES, TREES, RunSettings, knob_reasons
@@ -34,7 +36,9 @@ from esp.engine import Decoder
 from esp.errors import ESPError
 from esp.lm import LM
 from esp.models import EMBEDDED, load
+from esp.sampling import Sampling
 from esp.trace import StepTrace
+from esp.whatif import whatif_step
 
 try:  # ZeroGPU on Spaces; elsewhere a no-op with the same call forms
     import spaces
@@ -50,13 +54,18 @@ LIMITS = Limits.from_env()
 SESSION_TTL_S = 3600
 QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
 # Output order of every per-step render; the run's last output tuple therefore holds text + figures.
-VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing")
+# Recorded runs shipped with the app: shown at once when the page opens (no model needed).
+TRACES = {"Copying (PLD, a prompt that repeats its input)": ASSETS / "trace_copy.json",
+          "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json"}
+# This machine's measured forward cost, for the cost view when the engine's curve is not available.
+MEASURED_COSTS = Path(__file__).resolve().parent / "docs" / "results" / "costs.json"
+VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note")
 # While a run streams, the page gets at most one update per UPDATE_S (engine steps in between are stored,
 # not sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering
 # clicks). The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
 UPDATE_S = 0.5
 SLOW_UPDATE_S = 2.0
-FAST_VIEWS = ("text", "tree", "mask", "stats")
+FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note")
 _load_lock = threading.Lock()  # the startup warm-up and a first Run must not load the same model twice
 
 
@@ -99,6 +108,8 @@ def render(session: Session, i: int, views: tuple[str, ...] = VIEWS) -> tuple:
         "stats": lambda: stats_markdown(summary),
         "hist": lambda: accept_hist_figure(summary, None if step.prefill else len(step.accepted)),
         "timing": lambda: timing_figure(steps, i),
+        "cost": lambda: cost_figure(steps, i, session.meta.get("curve")),
+        "cost_note": lambda: cost_sentences(steps, i, session.meta.get("curve")),
     }
     return tuple(build[v]() if v in views else gr.skip() for v in VIEWS)
 
@@ -108,7 +119,8 @@ def _status(session: Session, i: int, state: str = "done") -> str:
     last = len(session.steps) - 1
     where = {"done": f"**Done** · step {i} of {last}", "running": f"**Decoding** · step {i}",
              "stopped": f"**Stopped after {last + 1} steps** · step {i} of {last}"}[state]
-    return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {session.meta['settings']}"
+    source = f" · recorded: {session.meta['opened']}" if session.meta.get("opened") else ""
+    return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {session.meta['settings']}{source}"
 
 
 def refuse(message: str, where: str) -> str:
@@ -143,6 +155,19 @@ def load_model(name: str) -> LM:
     """The model `name` (already checked against LIMITS), loaded once per process."""
     with _load_lock:
         return load(name)
+
+
+def machine_curve(lm: LM) -> dict | None:
+    """Seconds per forward of q rows on this machine for `lm`, as {"q", "t"}: the engine's own curve
+    (esp.cost), else the curve measured for the embedded model in docs/results/costs.json."""
+    try:
+        from esp.cost import curve_for
+    except ImportError:  # the engine's cost module is not on this branch yet
+        if lm.name.startswith("SmolLM2-135M") and MEASURED_COSTS.exists():
+            measured = json.loads(MEASURED_COSTS.read_text())["curve_s"]
+            return {"q": [int(q) for q in measured], "t": list(measured.values())}
+        return None
+    return curve_for(lm).to_dict()
 
 
 def prepare(prompt: str, model: str, **knobs) -> tuple[RunSettings, LM, list[int]]:
@@ -200,9 +225,10 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
         return
     session = session or Session()
     session.steps, session.stop, session.running = [], False, True
-    session.meta = {"model": lm.name, "prompt": prompt, "method": settings.method, "spec": settings.spec(),
-                    "settings": settings.describe(), "sampling": asdict(settings.sampling()),
-                    "max_new_tokens": settings.max_new_tokens, "layouts": settings.layouts}
+    session.meta = {"model": lm.name, "model_name": LIMITS.check_model(model), "prompt": prompt, "prompt_ids": ids,
+                    "method": settings.method, "spec": settings.spec(), "settings": settings.describe(),
+                    "sampling": asdict(settings.sampling()), "max_new_tokens": settings.max_new_tokens,
+                    "layouts": settings.layouts, "curve": machine_curve(lm)}
     decoder = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, settings.layouts,
                       align=True)
     state = "done"
@@ -242,6 +268,82 @@ def request_stop(session: Session | None) -> None:
     """Ask the running decode to end at its next step boundary (it then says "Stopped after N steps")."""
     if session is not None and session.running:
         session.stop = True
+
+
+@GPU(duration=60)
+def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
+           init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
+           top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
+           method: str = "esp", session: Session | None = None) -> tuple:
+    """Re-run stored step `step` from the same committed prefix with the drafting settings given (the
+    run's own model, decoding rule and token limit); the stored run is left as it is.
+    Outputs: (comparison markdown, original tree, alternative tree)."""
+    try:
+        if session is None or not session.steps:
+            raise ESPError("Nothing to re-run yet: press Run (or open a trace) first.")
+        i = int(step or 0)
+        settings = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, method=method)
+        name = session.meta.get("model_name")
+        if name is None or "prompt_ids" not in session.meta:
+            raise ESPError("What-if needs the model that recorded this trace, and this file does not name one.")
+        lm = load_model(LIMITS.check_model(name))
+        alt = whatif_step(lm, settings.drafter(), session.meta["prompt_ids"], session.steps, i,
+                          Sampling(**session.meta["sampling"]), session.meta["max_new_tokens"],
+                          session.meta.get("layouts", "efficient"))
+    except ESPError as e:
+        return refusal(str(e), 3, "whatif")
+    return whatif_table(session, session.steps[i], alt, settings), tree_figure(session.steps[i]), tree_figure(alt)
+
+
+def whatif_table(session: Session, original: StepTrace, alt: StepTrace, settings: RunSettings) -> str:
+    """Original vs alternative step: rows fed, accepted drafts, tokens emitted, forward time and cost."""
+    curve = session.meta.get("curve")
+
+    def row(label: str, describe: str, s: StepTrace) -> str:
+        cost = f"{ratio(curve, step_width(s)):.2f}×" if curve else "—"
+        return (f"| {label} | {describe} | {step_width(s)} | {len(s.accepted)} | {len(s.emitted)} | "
+                f"{1000 * s.timings.get('forward', 0.0):.0f} | {cost} |")
+
+    return "\n".join([
+        f"**Step {original.step}, re-run from the same text.** Stateful drafters (STAND's table, LADE's pool, "
+        "ESP's EMA, calibrators) restart from the text, not from the run's history; the stored run is unchanged.",
+        "",
+        "| | method | rows fed | accepted drafts | tokens emitted | forward ms | cost (one-row forwards) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        row("original", session.meta.get("spec", original.method), original),
+        row("what-if", settings.spec(), alt),
+    ])
+
+
+def open_trace(file: str | None, session: Session | None = None) -> tuple:
+    """Show a recorded trace (exported by the app, or shipped in assets/) with every view, without any
+    model. Outputs: (status, scrubber, *VIEWS, session); a malformed or foreign file gets one line."""
+    outputs = 3 + len(VIEWS)
+    if not file:
+        return refusal("Choose a trace file (.json) first.", outputs, "open_trace")
+    try:
+        meta, steps = read_trace_json(file)
+        if not steps:
+            raise ValueError("it has no steps")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        detail = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else str(e).splitlines()[0][:120]
+        return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
+                       outputs, "open_trace")
+    session = session or Session()
+    if session.running:
+        return refusal("A run is streaming: stop it before opening a trace.", outputs, "open_trace")
+    session.steps, session.meta = steps, dict(meta)
+    session.meta.setdefault("settings", meta.get("spec", steps[0].method))
+    session.meta["opened"] = Path(file).name
+    i = len(steps) - 1
+    return (_status(session, i), gr.update(maximum=max(i, 1), value=i), *render(session, i), session)
+
+
+def open_shipped(name: str, session: Session | None = None) -> tuple:
+    """Open one of the recorded traces shipped in assets/ (TRACES)."""
+    if name not in TRACES:
+        return refusal(f"No recorded trace called {name!r}.", 3 + len(VIEWS), "open_trace")
+    return open_trace(str(TRACES[name]), session)
 
 
 def _compare_drafters(settings: RunSettings) -> list[Drafter]:
@@ -311,6 +413,11 @@ def checked_by_us(component: gr.components.Component) -> gr.components.Component
     return component
 
 
+def caption(view: str) -> gr.Markdown:
+    """The one-line how-to-read note under a figure."""
+    return gr.Markdown(CAPTIONS[view], elem_classes="esp-caption")
+
+
 KNOB_INFO = {"k": "mask tokens = tree depth", "bc": "block budget: tokens per forward",
              "lam": "EMA rate of the mask tokens", "init": "mask embedding at the start",
              "tree": "static shape or best-first"}
@@ -358,14 +465,44 @@ def build_app() -> gr.Blocks:
                 with gr.Tab("Run"):
                     text = gr.HighlightedText(label="Generated text", color_map=COLOR_MAP, show_legend=True,
                                               combine_adjacent=False, elem_id="text-view")
+                    caption("text")
                     stats = gr.Markdown(label="Summary", elem_id="stats")
                     with gr.Row():
-                        tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot", min_width=320)
-                        mask_plot = gr.Plot(label="Tree-attention mask", elem_id="mask-plot", min_width=320)
+                        with gr.Column(min_width=320):
+                            tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
+                            caption("tree")
+                        with gr.Column(min_width=320):
+                            mask_plot = gr.Plot(label="Tree-attention mask", elem_id="mask-plot")
+                            caption("mask")
+                    cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
+                    caption("cost")
+                    cost_note = gr.Markdown(elem_id="cost-note")
                     align_plot = gr.Plot(label="Alignment", elem_id="align-plot")
+                    caption("align")
                     with gr.Row():
-                        hist_plot = gr.Plot(label="Accepted drafts", elem_id="hist-plot", min_width=320)
-                        timing_plot = gr.Plot(label="Timing", elem_id="timing-plot", min_width=320)
+                        with gr.Column(min_width=320):
+                            hist_plot = gr.Plot(label="Accepted drafts", elem_id="hist-plot")
+                            caption("hist")
+                        with gr.Column(min_width=320):
+                            timing_plot = gr.Plot(label="Timing", elem_id="timing-plot")
+                            caption("timing")
+                with gr.Tab("What-if", elem_id="whatif-tab"):
+                    gr.Markdown("Re-run the shown step from the same text with the method and settings on the "
+                                "left: what would it have drafted, accepted and cost?", elem_classes="esp-note")
+                    whatif_btn = gr.Button("Re-run the shown step with these settings", elem_id="whatif")
+                    whatif_note = gr.Markdown(elem_id="whatif-note")
+                    with gr.Row():
+                        whatif_orig = gr.Plot(label="Stored step", elem_id="whatif-orig", min_width=320)
+                        whatif_alt = gr.Plot(label="What-if", elem_id="whatif-alt", min_width=320)
+                    caption("whatif")
+                with gr.Tab("Open a trace", elem_id="open-tab"):
+                    gr.Markdown("Scrub a recorded run with every view, no model needed: one shipped with the app, "
+                                "or a trace JSON from **Export** (e.g. recorded on a GPU with a bigger model).",
+                                elem_classes="esp-note")
+                    shipped = gr.Radio(list(TRACES), value=None, label="Recorded with the embedded model",
+                                       elem_id="shipped")
+                    trace_file = gr.File(label="Trace JSON", file_types=[".json"], type="filepath",
+                                         elem_id="trace-file")
                 with gr.Tab("Compare"):
                     gr.Markdown("Decodes the prompt with autoregressive decoding and every registered method, "
                                 "using the settings on the left. On a CPU big blocks cost more than they save: "
@@ -375,15 +512,16 @@ def build_app() -> gr.Blocks:
                     compare_table = gr.Dataframe(headers=COLUMNS, label="Results", interactive=False, wrap=True,
                                                  elem_id="compare-table")
                     compare_plot = gr.Plot(label="τ and speed-up")
+                    caption("compare")
                 with gr.Tab("Export"):
                     export_btn = gr.Button("Export trace + figures of the shown step", elem_id="export")
                     files = gr.File(label="Downloads", file_count="multiple", elem_id="export-files")
 
         knobs = [k, bc, lam, model, init, tree, mode, temperature, top_p, seed, max_new, layouts]
-        for c in (*knobs, method):
+        for c in (*knobs, method, scrub, goto):
             checked_by_us(c)
         checked = [k, bc, lam, init, tree, mode, temperature, top_p, seed, max_new, layouts, method]
-        views = [text, tree_plot, mask_plot, align_plot, stats, hist_plot, timing_plot]
+        views = [text, tree_plot, mask_plot, align_plot, stats, hist_plot, timing_plot, cost_plot, cost_note]
         for c in checked:
             c.change(check_settings, checked, status, queue=False, show_progress="hidden", api_visibility="private")
         method.change(knob_updates, method, [k, bc, lam, init, tree], queue=False, show_progress="hidden",
@@ -402,6 +540,13 @@ def build_app() -> gr.Blocks:
         prev.click(step_by(-1), [session, scrub], scrubbed, api_visibility="private", concurrency_limit=None)
         nxt.click(step_by(1), [session, scrub], scrubbed, api_visibility="private", concurrency_limit=None)
         export_btn.click(export, [session, scrub], files, api_name="export", concurrency_limit=None)
+        whatif_btn.click(whatif, [scrub, *knobs, method, session], [whatif_note, whatif_orig, whatif_alt],
+                         api_name="whatif", concurrency_limit=1, concurrency_id="model")
+        opened = [status, scrub, *views, session]
+        trace_file.upload(open_trace, [trace_file, session], opened, api_name="open_trace", concurrency_limit=None)
+        shipped.input(open_shipped, [shipped, session], opened, api_visibility="private", concurrency_limit=None)
+        # A recorded run is on screen as soon as the page opens, before any model is warm.
+        demo.load(open_shipped, [gr.State(next(iter(TRACES))), session], opened, api_visibility="private")
     return demo
 
 

@@ -38,6 +38,12 @@ def set_number(page, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
+def choose(page, elem_id: str, value: str) -> None:
+    """Pick `value` in a dropdown."""
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=value, exact=True).click()
+
+
 def settings(page, k: int, bc: int, max_new: int) -> None:
     set_number(page, "k", k)
     set_number(page, "bc", bc)
@@ -57,6 +63,9 @@ def probe_s(page) -> float:
 def test_run_scrub_and_go_to_step(page, tmp_path):
     from playwright.sync_api import expect
 
+    # A recorded run is on screen as soon as the page opens, with no model involved.
+    expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=60_000)
+    expect(page.locator("#tree-plot .gtitle")).to_contain_text("step")
     page.locator("#prompt textarea").fill("Count from 1 to 10, separated by commas.")
     settings(page, 2, 24, 14)
     expect(page.locator("#status")).to_contain_text("BC=24", timeout=10_000)  # the live settings check
@@ -122,3 +131,38 @@ def test_stop_answers_fast_and_the_page_stays_responsive(page):
     settings(page, 1, 60, 6)
     page.locator("#run").click()  # a new run afterwards works
     expect(status).to_contain_text("Done", timeout=60_000)
+
+
+COPY = "Fix the typo in this sentence and write it again: The cat sat on teh mat and looked at the birds in the garden."
+
+
+def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path):
+    from playwright.sync_api import expect
+
+    status = page.locator("#status")
+    page.locator("#prompt textarea").fill(COPY)
+    settings(page, 1, 30, 24)
+    choose(page, "method", "pld")
+    expect(page.locator("#k")).to_contain_text("pld does not use k")  # knobs that do not apply say why
+    assert page.locator("#k input[type=number]").is_disabled()
+    page.locator("#run").click()
+    expect(status).to_contain_text("Done", timeout=180_000)
+    expect(status).to_contain_text("pld")
+    page.locator("#prev").click()  # a copying step in the middle of the run
+    expect(page.locator("#tree-plot .legendtext").filter(has_text="source: lookup")).to_have_count(1)
+    expect(page.locator("#cost-plot .gtitle")).to_contain_text("What a step costs")
+    expect(page.locator("#cost-note")).to_contain_text("one-token forward")
+
+    choose(page, "method", "esp")
+    page.get_by_role("tab", name="What-if").click()
+    page.locator("#whatif").click()
+    expect(page.locator("#whatif-note")).to_contain_text("what-if", timeout=120_000)
+    expect(page.locator("#whatif-alt .gtitle")).to_contain_text("Draft tree")
+    expect(page.locator("#whatif-orig .gtitle")).to_contain_text("Draft tree")
+
+    page.get_by_role("tab", name="Open a trace").click()
+    page.locator("#shipped label").filter(has_text="ESP masks").click()
+    expect(status).to_contain_text("recorded: trace_masks.json", timeout=30_000)
+    page.get_by_role("tab", name="Run").click()
+    expect(page.locator("#mask-plot .gtitle")).to_contain_text("Mask · step")
+    page.screenshot(path=str(tmp_path / "features.png"), full_page=True)
