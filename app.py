@@ -63,8 +63,8 @@ VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "co
 # While a run streams, the page gets at most one update per UPDATE_S (engine steps in between are stored,
 # not sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering
 # clicks). The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
-UPDATE_S = 0.5
-SLOW_UPDATE_S = 2.0
+UPDATE_S = 1.0
+SLOW_UPDATE_S = 3.0
 FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note")
 _load_lock = threading.Lock()  # the startup warm-up and a first Run must not load the same model twice
 

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from esp.trace import StepTrace
 
 from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .stats import WINDOW
 
 Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
 PREFILL_NOTE = "Step 0 is the prefill: it feeds the whole prompt and drafts nothing, so it has no draft cost to weigh."
@@ -47,7 +48,8 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     if step.prefill:
         return message_figure(title, PREFILL_NOTE, height)
     qs = sorted(set(list(curve["q"]) + [1]))
-    run = [s for s in steps[: upto + 1] if not s.prefill]  # the prefill prices the prompt, not a draft
+    # The prefill prices the prompt, not a draft; like the timing view, only the last WINDOW steps are drawn.
+    run = [s for s in steps[max(0, upto + 1 - WINDOW) : upto + 1] if not s.prefill]
     width, tokens = step_width(step), len(step.emitted)
     t1 = float(np.interp(1, curve["q"], curve["t"]))
     data = [

@@ -166,3 +166,42 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path):
     page.get_by_role("tab", name="Run").click()
     expect(page.locator("#mask-plot .gtitle")).to_contain_text("Mask · step")
     page.screenshot(path=str(tmp_path / "features.png"), full_page=True)
+
+
+PLOTS = ("#tree-plot", "#mask-plot", "#cost-plot", "#align-plot", "#hist-plot", "#timing-plot")
+
+
+def _box(page, selector: str) -> dict:
+    return page.locator(selector).first.bounding_box()
+
+
+def _inside(inner: dict, outer: dict, slack: float = 1.0) -> bool:
+    return (inner["x"] >= outer["x"] - slack and inner["y"] >= outer["y"] - slack
+            and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + slack
+            and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + slack)
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_panels_and_axis_labels_fit_at_desktop_and_phone_width(page, width):
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.get_by_role("tab", name="Run").click()
+    expect(page.locator("#tree-plot .gtitle")).to_contain_text("step", timeout=30_000)
+    page.wait_for_timeout(500)  # Plotly redraws on resize
+    boxes = {p: _box(page, f"{p} .main-svg") for p in PLOTS}
+    for a in PLOTS:
+        assert boxes[a]["x"] >= -1 and boxes[a]["x"] + boxes[a]["width"] <= width + 1, (a, boxes[a])
+        for b in PLOTS:
+            if a < b:
+                assert not _overlap(boxes[a], boxes[b]), (a, b)
+        for label in page.locator(f"{a} .xtitle, {a} .ytitle, {a} .g-xtitle text, {a} .legendtext").all():
+            box = label.bounding_box()
+            if box:
+                assert _inside(box, boxes[a]), (a, label.text_content())  # whole, not cut at the edge
+    page.set_viewport_size({"width": 1280, "height": 1100})

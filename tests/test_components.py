@@ -334,3 +334,51 @@ def test_legends_sit_outside_the_data(steps, hit):
         legend = fig.layout.legend
         assert legend.x > 1 or legend.y > 1 or legend.y < 0
         assert fig.layout.xaxis.automargin  # tick labels and axis titles are never cut
+
+
+FAKE_CURVE = {"q": [1, 10, 30, 60, 120], "t": [0.08, 0.12, 0.2, 0.29, 0.48]}
+
+
+def test_cost_view_break_even_and_sentences(steps, hit):
+    from components.cost_view import cost_figure, cost_sentences, ratio, step_width
+
+    assert ratio(FAKE_CURVE, 1) == 1 and ratio(FAKE_CURVE, 60) == pytest.approx(0.29 / 0.08)
+    assert ratio(FAKE_CURVE, 20) == pytest.approx(0.16 / 0.08)  # interpolated between 10 and 30
+    fig = cost_figure(steps, hit.step, FAKE_CURVE)
+    go.Figure(fig.to_dict())
+    traces = {t.name: t for t in fig.data}
+    line = traces["break-even: t(q)/t(1)"]
+    assert list(line.x) == FAKE_CURVE["q"] and list(line.y) == pytest.approx([t / 0.08 for t in FAKE_CURVE["t"]])
+    here = traces[f"step {hit.step}: emitted"]
+    assert (here.x[0], here.y[0]) == (step_width(hit), len(hit.emitted)) and step_width(hit) == len(hit.positions)
+    ratios = traces["time / t(1)"]
+    decode = [s for s in steps[: hit.step + 1] if not s.prefill]
+    assert list(ratios.y) == pytest.approx([s.timings["total"] / 0.08 for s in decode])
+    text = cost_sentences(steps, hit.step, FAKE_CURVE)
+    r = ratio(FAKE_CURVE, step_width(hit))
+    assert f"costs {r:.1f}× a one-token forward" in text and f"emitted {len(hit.emitted)}" in text
+    assert ("won" in text) == (len(hit.emitted) > r) and "GPU" in text and "6.0×" in text
+    assert not cost_figure(steps, 0, FAKE_CURVE).data  # the prefill has no draft cost: a note
+    assert not cost_figure(steps, hit.step, None).data
+
+
+def test_cost_view_prefers_the_step_cost_record(hit):
+    from components.cost_view import cost_figure, step_width
+
+    d = hit.to_dict()
+    d["cost"] = {"budget": "auto", "rows": 7, "cap": 60, "expected_tokens": 2.5, "predicted_s": 0.1,
+                 "measured_s": 0.11, "curve": {"q": [1, 7], "t": [0.1, 0.2]}}
+    step = StepTrace.from_dict(d)
+    fig = cost_figure([step], 0, FAKE_CURVE)
+    traces = {t.name: t for t in fig.data}
+    assert step_width(step) == 7 and list(traces["break-even: t(q)/t(1)"].y) == [1.0, 2.0]
+    assert traces["expected"].y[0] == 2.5
+
+
+def test_old_traces_without_new_fields_still_load(hit):
+    d = hit.to_dict()
+    d.pop("cost")
+    for n in d["nodes"]:
+        n.pop("sources"), n.pop("p")
+    old = StepTrace.from_dict(d)
+    assert tree_figure(old).data and mask_figure(old).data and token_sources([old])
