@@ -8,7 +8,6 @@ import time
 
 import pytest
 from gradio_client import Client
-from gradio_client.exceptions import AppError
 
 from app_server import serve
 from components.text_view import BONUS, DRAFT_LABELS
