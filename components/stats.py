@@ -48,7 +48,7 @@ def accept_hist_figure(summary: RunSummary, current: int | None = None, height: 
     return figure([bar], layout)
 
 
-def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None, height: int = 260,
+def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None, height: int = 300,
                   window: int = WINDOW) -> go.Figure:
     """Stacked per-step engine time by phase, in milliseconds, for the last `window` steps up to `current`
     (older steps are summarised in the title, so bars stay readable and the payload bounded); the y range

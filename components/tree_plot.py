@@ -14,6 +14,9 @@ STATUS_ORDER = (PRUNED, REJECTED, ROOT, ACCEPTED)
 # A label is up to 6 characters at 10 px (~36 px) plus a gap; the tree panel is ~400 px wide or more on a
 # 1280 px page. Labels closer than that on one level would overlap, so only some are drawn.
 LABEL_PX, MIN_PANEL_PX, LABEL_CHARS = 40, 400, 6
+# Deeper than this (PLD's and LADE's chains), levels are too close for two-line labels below the nodes:
+# labels go on one line to the right of their node, so they need more room across.
+DEEP, DEEP_LABEL_PX = 5, 64
 
 
 def tree_graph(step: StepTrace | dict) -> nx.DiGraph:
@@ -52,12 +55,22 @@ def tidy_layout(g: nx.DiGraph, root: int = 0) -> dict[int, tuple[float, float]]:
     return {n: (x[n], -float(depth[n])) for n in x}
 
 
+def is_deep(pos: dict[int, tuple[float, float]]) -> bool:
+    return -min(y for _, y in pos.values()) > DEEP
+
+
+def x_range(pos: dict[int, tuple[float, float]]) -> list[float]:
+    """The x axis range: the leaf slots, plus room on the right for the labels of a deep tree."""
+    slots = max(x for x, _ in pos.values()) + 1
+    return [-0.5, slots - 0.5 + (max(1.0, slots / 4) if is_deep(pos) else 0.0)]
+
+
 def labelled_nodes(g: nx.DiGraph, pos: dict[int, tuple[float, float]], panel_px: int = MIN_PANEL_PX) -> set[int]:
     """The nodes whose label is drawn: per level, root and accepted nodes first, then the others by
     cumulative probability, each only if it is at least a label's width from every label already drawn on
     that level. The rest keep their label on hover."""
-    slots = max(x for x, _ in pos.values()) + 1
-    gap = LABEL_PX * slots / panel_px  # a label's width in leaf slots
+    lo, hi = x_range(pos)
+    gap = (DEEP_LABEL_PX if is_deep(pos) else LABEL_PX) * (hi - lo) / panel_px  # a label's width in x units
     order = sorted(g.nodes, key=lambda n: (g.nodes[n]["status"] not in (ROOT, ACCEPTED), -g.nodes[n]["cum_prob"]))
     drawn: dict[float, list[float]] = {}
     out = set()
@@ -99,12 +112,11 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     for n, status in g.nodes(data="status"):
         by_status.setdefault(status, []).append(n)
     shown = labelled_nodes(g, pos)
-    data += [_node_trace(g, pos, by_status[s], s, shown) for s in STATUS_ORDER if s in by_status]
+    data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos)) for s in STATUS_ORDER if s in by_status]
     data += _source_legend(g)
     low = min(y for _, y in pos.values())
-    slots = max(x for x, _ in pos.values()) + 1
     layout = base_layout(f"{title} · accepted {len(path) - 1} of {g.number_of_nodes() - 1}", height,
-                         xaxis={"visible": False, "range": [-0.5, slots - 0.5]},
+                         xaxis={"visible": False, "range": x_range(pos)},
                          yaxis={"visible": False, "range": [low - 0.6, 0.4]})
     return figure(data, layout)
 
@@ -114,7 +126,7 @@ def _source_legend(g: nx.DiGraph) -> list[dict]:
     marks: dict[str, str] = {}
     for n, d in g.nodes(data=True):
         if d["status"] in (ACCEPTED, REJECTED) and d["sources"]:
-            label = src.AGREED if len(d["sources"]) > 1 else src.NAMES.get(d["sources"][0], d["sources"][0])
+            label = "agreed" if len(d["sources"]) > 1 else d["sources"][0]  # short: the caption says more
             marks[label] = src.symbol(d["sources"])
     return [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": f"source: {label}",
              "legendgroup": "sources", "marker": {"symbol": sym, "color": "#777", "size": 10}, "hoverinfo": "skip"}
@@ -138,7 +150,7 @@ def _symbol(status: str, sources: list[str]) -> str:
     return src.symbol(sources)
 
 
-def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: set[int]) -> dict:
+def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: set[int], deep: bool) -> dict:
     """One marker trace per status (colour); the symbol marks each node's source; label = token +
     cumulative probability where it fits; hover adds draft p, calibrated P and the sources."""
     data = [g.nodes[n] for n in ids]
@@ -147,8 +159,9 @@ def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: se
         "mode": "markers+text", "name": status,
         "marker": {"size": 16 if status in (ROOT, ACCEPTED) else 12, "color": STATUS_COLORS[status],
                    "symbol": [_symbol(status, d["sources"]) for d in data], "line": {"width": 1, "color": "white"}},
-        "text": [f"{short(d['text'])}<br>{d['cum_prob']:.2f}" if n in shown else "" for d, n in zip(data, ids)],
-        "textposition": "bottom center", "textfont": {"size": 10},
+        "text": [f"{short(d['text'])}{' ' if deep else '<br>'}{d['cum_prob']:.2f}" if n in shown else ""
+                 for d, n in zip(data, ids)],
+        "textposition": "middle right" if deep else "bottom center", "textfont": {"size": 10},
         # customdata: raw token text, draft p, depth, cumulative p, node index, sources, calibrated P
         "customdata": [[d["text"], d["prob"], -pos[n][1], d["cum_prob"], n,
                         src.describe(d["sources"]) if status != ROOT else "the last emitted token",

@@ -31,12 +31,12 @@ def main(out: Path) -> None:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
         page.locator("#prompt textarea").fill(PROMPT)
+        settings(page, 1, 30, 40)  # before the method: knobs it does not take are disabled
         choose(page, "method", method)
-        settings(page, 1, 30, 40)
         page.locator("#run").click()
         expect(page.locator("#status")).to_contain_text("Done", timeout=300_000)
-        page.locator("#prev").click()  # a step in the middle of the copy: drafts and sources on screen
         expect(page.locator("#cost-plot .gtitle")).to_contain_text("cost", timeout=30_000)
+        page.wait_for_timeout(2_000)  # let the last update's figures finish drawing (no pending overlay)
         page.screenshot(path=str(out), full_page=True)
         browser.close()
     print(f"{out}: {out.stat().st_size // 1024} KB ({method})")

@@ -102,7 +102,7 @@ def test_tree_figure_colours_labels_and_hover(hit):
         assert t.marker.color == STATUS_COLORS[status]
         assert len(t.x) == len(nodes)
         labels = [x for x in t.text if x]
-        assert set(labels) <= {f"{short(n.text)}<br>{n.cum_prob:.2f}" for n in nodes}
+        assert set(labels) <= {f"{short(n.text)}<br>{n.cum_prob:.2f}" for n in nodes}  # two lines, below
         if status in (ROOT, ACCEPTED):  # the root and the accepted path are always labelled
             assert len(labels) == len(nodes)
         # customdata: raw text, draft p, depth, cumulative p, node index
@@ -264,6 +264,19 @@ def test_tree_labels_never_overlap_up_to_bc_120(hit, widths):
     assert len(hovers) == len(step.nodes)  # every node keeps its hover
 
 
+def test_deep_chains_label_to_the_right(hit):
+    from components.tree_plot import DEEP_LABEL_PX
+
+    chain = _wide_step(hit, [1] * 10)  # a PLD-like chain of ten drafts
+    fig = tree_figure(chain)
+    node_traces = [t for t in fig.data if t.mode == "markers+text"]
+    assert all(t.textposition == "middle right" for t in node_traces)
+    assert all("<br>" not in x for t in node_traces for x in t.text)  # one line: levels are close
+    lo, hi = fig.layout.xaxis.range
+    assert hi - lo >= 2  # room right of the chain for its labels
+    assert DEEP_LABEL_PX > LABEL_PX
+
+
 def test_labelled_nodes_prefer_the_accepted_path(hit):
     step = _wide_step(hit, [59])
     g = tree_graph(step)
@@ -281,7 +294,7 @@ def test_sources_mark_tree_mask_and_text(hit):
     fig = tree_figure(step)
     symbols = [sym for t in fig.data if t.name == ACCEPTED for sym in t.marker.symbol]
     assert symbols == [src.AGREED_SYMBOL] * 2  # both sources agreed on every node
-    assert any(t.name == f"source: {src.AGREED}" for t in fig.data)
+    assert any(t.name == "source: agreed" for t in fig.data)
     hover = next(t for t in fig.data if t.name == ACCEPTED).customdata[0]
     assert hover[5] == src.describe(["esp", "lookup"]) and hover[6] == "not calibrated"
     assert row_names(step)[1].endswith("[E+L]")
