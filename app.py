@@ -53,12 +53,12 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 LIMITS = Limits.from_env()
 SESSION_TTL_S = 3600
 QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
-# Output order of every per-step render; the run's last output tuple therefore holds text + figures.
-# Recorded runs shipped with the app: shown at once when the page opens (no model needed).
-TRACES = {"Copying (PLD, a prompt that repeats its input)": ASSETS / "trace_copy.json",
+# Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
+TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json"}
 # This machine's measured forward cost, for the cost view when the engine's curve is not available.
 MEASURED_COSTS = Path(__file__).resolve().parent / "docs" / "results" / "costs.json"
+# Output order of every per-step render; the run's last output tuple therefore holds text + figures.
 VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note")
 # While a run streams, the page gets at most one update per UPDATE_S (engine steps in between are stored,
 # not sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering
@@ -163,7 +163,7 @@ def machine_curve(lm: LM) -> dict | None:
     try:
         from esp.cost import curve_for
     except ImportError:  # the engine's cost module is not on this branch yet
-        if lm.name.startswith("SmolLM2-135M") and MEASURED_COSTS.exists():
+        if "SmolLM2-135M" in lm.name and MEASURED_COSTS.exists():
             measured = json.loads(MEASURED_COSTS.read_text())["curve_s"]
             return {"q": [int(q) for q in measured], "t": list(measured.values())}
         return None
