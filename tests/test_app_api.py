@@ -224,6 +224,8 @@ def test_every_method_streams_in_the_same_views(client, often, method):
     tree = _figure(final[3])
     if method == "hybrid":
         assert len(_sources(tree)) >= 2, _sources(tree)  # copy and mask drafts side by side
+    if method == "lade":  # the lookahead window's rows are in the mask view
+        assert any("lookahead" in y for y in _figure(final[4])["data"][0]["y"])
     if method != "ar":
         assert any(p["class_or_confidence"] != BONUS for p in final[2]), "a copying prompt accepts drafts"
 
