@@ -33,6 +33,7 @@ from components.tree_plot import tree_figure
 from esp import methods
 from esp.drafters.base import Drafter
 from esp.engine import Decoder
+from esp.cost import curve_for
 from esp.errors import ESPError
 from esp.lm import LM
 from esp.models import EMBEDDED, load
@@ -56,8 +57,6 @@ QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
 # Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
 TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json"}
-# This machine's measured forward cost, for the cost view when the engine's curve is not available.
-MEASURED_COSTS = Path(__file__).resolve().parent / "docs" / "results" / "costs.json"
 # Output order of every per-step render; the run's last output tuple therefore holds text + figures.
 VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note")
 # While a run streams, the page gets at most one update per UPDATE_S (engine steps in between are stored,
@@ -157,16 +156,9 @@ def load_model(name: str) -> LM:
         return load(name)
 
 
-def machine_curve(lm: LM) -> dict | None:
-    """Seconds per forward of q rows on this machine for `lm`, as {"q", "t"}: the engine's own curve
-    (esp.cost), else the curve measured for the embedded model in docs/results/costs.json."""
-    try:
-        from esp.cost import curve_for
-    except ImportError:  # the engine's cost module is not on this branch yet
-        if "SmolLM2-135M" in lm.name and MEASURED_COSTS.exists():
-            measured = json.loads(MEASURED_COSTS.read_text())["curve_s"]
-            return {"q": [int(q) for q in measured], "t": list(measured.values())}
-        return None
+def machine_curve(lm: LM) -> dict:
+    """Seconds per forward of q rows on this machine for `lm`, as {"q", "t"} (measured once per model and
+    machine setting by the engine, then read from its cache)."""
     return curve_for(lm).to_dict()
 
 
@@ -556,9 +548,10 @@ def launch_options() -> dict:
 
 
 def warm(name: str) -> None:
-    """Load `name` ahead of the first Run; a failure is one log line (the Run then says why)."""
+    """Load `name` and its cost curve ahead of the first Run; a failure is one log line (the Run then
+    says why)."""
     try:
-        load_model(name)
+        machine_curve(load_model(name))
         log.info("model %s ready", name)
     except ESPError as e:
         log.warning("could not warm %s: %s", name, e)
