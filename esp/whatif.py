@@ -37,7 +37,8 @@ class _NoTreeAtResume(Drafter):
         prop = self.inner.propose(ctx)
         if self.first:
             self.first = False
-            prop = replace(prop, tree=DraftTree.root_only(ctx.tokens[-1]))
+            masked = None if prop.masked is None else tuple(n for n in prop.masked if n == 0)  # the root's masks
+            prop = replace(prop, tree=DraftTree.root_only(ctx.tokens[-1]), masked=masked)
         return prop
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:

@@ -17,7 +17,8 @@ def stored(lm):
     return ids, list(Decoder(lm, build("esp:k=2:bc=30"), max_new_tokens=24).stream(ids))
 
 
-@pytest.mark.parametrize("spec", ["esp:k=1:bc=10", "esp:k=2:bc=60", "ar", "pld", "stand", "lade"])
+@pytest.mark.parametrize("spec", ["esp:k=1:bc=10", "esp:k=2:bc=60", "ar", "pld", "stand", "lade",
+                                  "hybrid:k=1:bc=30", "hybrid:k=1:bc=auto", "esp:k=1:bc=auto"])
 def test_alternative_step_has_the_same_root_and_emits_the_stored_tokens(lm, stored, spec):
     ids, steps = stored
     tokens = [t for s in steps for t in s.emitted]
