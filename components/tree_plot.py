@@ -16,7 +16,7 @@ STATUS_ORDER = (PRUNED, REJECTED, ROOT, ACCEPTED)
 LABEL_PX, MIN_PANEL_PX, LABEL_CHARS = 40, 400, 6
 # Deeper than this (PLD's and LADE's chains), levels are too close for two-line labels below the nodes:
 # labels go on one line to the right of their node, so they need more room across.
-DEEP, DEEP_LABEL_PX = 5, 64
+DEEP, DEEP_LABEL_PX = 5, 72
 
 
 def tree_graph(step: StepTrace | dict) -> nx.DiGraph:
@@ -117,7 +117,9 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     low = min(y for _, y in pos.values())
     layout = base_layout(f"{title} · accepted {len(path) - 1} of {g.number_of_nodes() - 1}", height,
                          xaxis={"visible": False, "range": x_range(pos)},
-                         yaxis={"visible": False, "range": [low - 0.6, 0.4]})
+                         yaxis={"visible": False, "range": [low - 0.6, 0.4]},
+                         # Below the tree (it has no x axis there), so the plot keeps the panel's width.
+                         legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top", "font": {"size": 10}})
     return figure(data, layout)
 
 
