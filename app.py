@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
+import torch
 
 from components.align_plot import align_figure
 from components.captions import CAPTIONS
@@ -547,6 +548,11 @@ def launch_options() -> dict:
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"]}
 
 
+def configure_engine() -> None:
+    """Process-wide engine settings of the server (LIMITS.threads torch CPU threads)."""
+    torch.set_num_threads(LIMITS.threads)
+
+
 def warm(name: str) -> None:
     """Load `name` and its cost curve ahead of the first Run; a failure is one log line (the Run then
     says why)."""
@@ -564,6 +570,7 @@ def main() -> None:
     port = int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
     # Serve at once and warm the first model in the background (~30 s on a CPU the first time): the page,
     # and every view of a stored trace, work before the model is ready; a Run meanwhile waits for it.
+    configure_engine()
     threading.Thread(target=warm, args=(LIMITS.models[0],), daemon=True).start()
     demo = build_app()
     demo.queue(max_size=QUEUE_SIZE)

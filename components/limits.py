@@ -1,7 +1,7 @@
 """What the server lets a browser ask for: which models, how long a prompt, how many new tokens.
 
 Set by environment variables, read once at start: ESP_APP_MODELS (comma-separated names: 'embedded', Hub
-ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS. The CLI and the benchmark do not go
+ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_THREADS. The CLI and the benchmark do not go
 through these limits: they load any id or folder they are given.
 """
 from __future__ import annotations
@@ -34,6 +34,10 @@ class Limits:
     models: tuple[str, ...] = (EMBEDDED,)
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 512
+    # torch CPU threads for decoding. One core is left to the web server (and, on a laptop, the browser):
+    # with every core in torch's pool, a busy 2-core machine made steps 5x slower (pool threads spin-wait
+    # for a core) and Stop, which acts at step boundaries, took seconds.
+    threads: int = max(1, (os.cpu_count() or 1) - 1)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
@@ -44,7 +48,7 @@ class Limits:
             on_space = bool(env.get("SPACE_ID"))
             listed = [EMBEDDED] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
         return cls(tuple(dict.fromkeys(listed)), _int(env, "ESP_APP_MAX_PROMPT_TOKENS", cls.max_prompt_tokens),
-                   _int(env, "ESP_APP_MAX_NEW_TOKENS", cls.max_new_tokens))
+                   _int(env, "ESP_APP_MAX_NEW_TOKENS", cls.max_new_tokens), _int(env, "ESP_APP_THREADS", cls.threads))
 
     def check_model(self, name: str | None) -> str:
         """The model name if this server offers it; otherwise one refusing sentence (nothing is loaded)."""

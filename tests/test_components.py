@@ -395,3 +395,20 @@ def test_old_traces_without_new_fields_still_load(hit):
         n.pop("sources"), n.pop("p")
     old = StepTrace.from_dict(d)
     assert tree_figure(old).data and mask_figure(old).data and token_sources([old])
+
+
+def test_server_limits_from_the_environment():
+    from components.limits import Limits
+
+    lim = Limits.from_env({"ESP_APP_MODELS": "embedded, /models/x ,embedded", "ESP_APP_MAX_NEW_TOKENS": "32",
+                           "ESP_APP_THREADS": "1"})
+    assert lim.models == ("embedded", "/models/x") and lim.max_new_tokens == 32 and lim.threads == 1
+    assert lim.check_model("/models/x") == "/models/x"
+    with pytest.raises(ESPError, match="does not offer the model 'Qwen/Qwen3-0.6B'"):
+        lim.check_model("Qwen/Qwen3-0.6B")
+    with pytest.raises(ESPError, match="at most 32 new tokens"):
+        lim.check_new_tokens(33)
+    with pytest.raises(ESPError, match="ESP_APP_THREADS must be a whole number"):
+        Limits.from_env({"ESP_APP_THREADS": "many"})
+    space = Limits.from_env({"SPACE_ID": "me/esp"})
+    assert space.models[0] == "embedded" and len(space.models) > 1  # small Hub models on a Space
