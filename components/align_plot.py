@@ -40,7 +40,7 @@ def align_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, raw
             data += _band(axis, group, st, legend=axis == "2")
     layout = base_layout(title, height, **two_panels((f"this step ({upto})", f"run so far (steps 0-{upto})")))
     layout["margin"]["t"] = 60
-    axis_title = {"text": "layer (0 = embeddings, last = post-norm)", "font": {"size": 10}}
+    axis_title = {"text": "layer (0 = embeddings)", "font": {"size": 10}}
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = axis_title
     layout["yaxis"]["title"] = {"text": "cosine"}
     layout["yaxis2"]["matches"] = "y"

@@ -39,14 +39,19 @@ def figure(data: list[dict], layout: dict) -> go.Figure:
 
 
 def base_layout(title: str, height: int, **extra) -> dict:
-    """Common styling: compact margins, white background, a small title, a legend below."""
+    """Common styling: compact margins, white background, a small title, the legend right of the plot area.
+
+    The legend sits outside the data (Plotly widens the right margin for it) so it never covers points or
+    axis titles; `automargin` on the axes keeps tick labels and titles whole at any width."""
     layout = {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
         "height": height, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}, "font": FONT,
         "paper_bgcolor": "white", "plot_bgcolor": "white",
-        "legend": {"orientation": "h", "y": -0.02, "yanchor": "top"},
+        "legend": {"x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top", "font": {"size": 10}},
     }
     layout.update(extra)
+    for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
+        layout[key].setdefault("automargin", True)
     return layout
 
 
@@ -59,6 +64,7 @@ def two_panels(titles: tuple[str, str], gap: float = 0.06) -> dict:
              for t, x in zip(titles, (half / 2, 1 - half / 2))]
     return {"xaxis": {"domain": [0, half], "anchor": "y"}, "xaxis2": {"domain": [1 - half, 1], "anchor": "y2"},
             "yaxis": {"anchor": "x"}, "yaxis2": {"anchor": "x2"}, "annotations": notes}
+
 
 
 def message_figure(title: str, text: str, height: int = 320) -> go.Figure:

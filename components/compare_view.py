@@ -21,20 +21,24 @@ def compare_rows(results: list[tuple[str, RunSummary, str]]) -> list[list]:
     return rows
 
 
-def compare_figure(rows: list[list], height: int = 300) -> go.Figure:
-    """Bars of tau and speed-up per method, with the break-even line at 1."""
+def compare_figure(rows: list[list], height: int | None = None) -> go.Figure:
+    """Horizontal bars of tau and speed-up per method (names on the left axis, where long method labels
+    stay whole), with the break-even line at 1."""
     title = "τ and speed-up per method"
     if not rows:
-        return message_figure(title, "Run a comparison to fill this chart.", height)
+        return message_figure(title, "Run a comparison to fill this chart.", height or 300)
     names = [r[0] for r in rows]
     data = [
-        {"type": "bar", "x": names, "y": [r[3] for r in rows], "marker": {"color": "#2e9d57"}, "name": "τ"},
-        {"type": "bar", "x": names, "y": [r[5] for r in rows], "marker": {"color": "#3b6fb6"},
-         "name": "speed-up", "xaxis": "x2", "yaxis": "y2"},
+        {"type": "bar", "orientation": "h", "y": names, "x": [r[3] for r in rows], "marker": {"color": "#2e9d57"},
+         "name": "τ", "hovertemplate": "%{y}: τ %{x}<extra></extra>"},
+        {"type": "bar", "orientation": "h", "y": names, "x": [r[5] for r in rows], "marker": {"color": "#3b6fb6"},
+         "name": "speed-up", "xaxis": "x2", "yaxis": "y2", "hovertemplate": "%{y}: %{x}× ar<extra></extra>"},
     ]
-    even = [{"type": "line", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "xref": f"x{a} domain", "yref": f"y{a}",
+    even = [{"type": "line", "x0": 1, "x1": 1, "y0": 0, "y1": 1, "xref": f"x{a}", "yref": f"y{a} domain",
              "line": {"color": "#999", "dash": "dot"}} for a in ("", "2")]
-    layout = base_layout(title, height, showlegend=False, shapes=even,
+    layout = base_layout(title, height or 80 + 34 * len(rows), showlegend=False, shapes=even,
                          **two_panels(("τ (tokens per forward)", "speed-up vs ar (tokens/s)")))
     layout["margin"]["t"] = 60
+    layout["yaxis"]["autorange"] = "reversed"  # 'ar' on top, as in the table
+    layout["yaxis2"].update(matches="y", showticklabels=False)
     return figure(data, layout)

@@ -5,6 +5,7 @@ import plotly.graph_objects as go
 
 from esp.trace import StepTrace
 
+from . import sources as src
 from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
 
 BLOCKED, VISIBLE, ON_PATH = 0, 1, 2
@@ -15,10 +16,25 @@ _SCALE = [[0.0, "#f1f1f1"], [1 / 3, "#f1f1f1"], [1 / 3, "#8fb8e8"], [2 / 3, "#8f
 
 
 def row_names(step: StepTrace | dict) -> list[str]:
-    """Unique "i:token" names of the block rows (node rows by their token, other rows by their label)."""
+    """Unique "i:token" names of the block rows (node rows by their token and source tag, other rows by
+    their label)."""
     step = as_step(step)
-    by_row = {n.row: n.text for n in step.nodes if n.row is not None}
-    return [f"{i}:{show_ws(by_row[i]) if i in by_row else label}" for i, label in enumerate(step.row_labels)]
+    by_row = {n.row: n for n in step.nodes if n.row is not None}
+
+    def name(i: int, label: str) -> str:
+        if i not in by_row:
+            return f"{i}:{label}"
+        node = by_row[i]
+        tag = src.tag(node.sources)
+        return f"{i}:{show_ws(node.text)}" + (f" [{tag}]" if tag else "")
+
+    return [name(i, label) for i, label in enumerate(step.row_labels)]
+
+
+def prompt_length(step: StepTrace | dict) -> int:
+    """Prefill only: the prompt tokens fed before the root (the root is the prompt's last token)."""
+    step = as_step(step)
+    return step.positions[0] - step.n_past if step.positions else 0
 
 
 def mask_matrix(step: StepTrace | dict) -> list[list[int]]:
@@ -34,20 +50,33 @@ def mask_matrix(step: StepTrace | dict) -> list[list[int]]:
 
 
 def mask_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
+    """The step's mask; at the prefill, the prompt's rows are summarised as one row and one column."""
     step = as_step(step)
     title = f"Mask · step {step.step}"
     if not step.mask:
         return message_figure(title, "This run did not record masks.", height)
-    names = row_names(step)
+    names, z = row_names(step), mask_matrix(step)
+    if step.prefill:
+        # The prefill fed the whole prompt: its rows (causal among themselves, blind to the block) are
+        # committed, so they show as one accepted-path row seeing only the prompt column.
+        n = prompt_length(step)
+        prefix = f"prompt ×{n}"
+        names = [f"prompt ({n} tokens)"] + names
+        z = [[ON_PATH] + [BLOCKED] * (len(names) - 1)] + z
+        title += f" (prefill) · prompt {n + 1} tokens + {len(names) - 2} rows"
+    else:
+        prefix = f"prefix ×{step.n_past}"
+        title += f" · {len(names)} rows · prefix {step.n_past}"
+    columns = [prefix] + (names[1:] if step.prefill else names)
     heat = {
-        "type": "heatmap", "z": mask_matrix(step), "x": [f"prefix ×{step.n_past}"] + names, "y": names,
+        "type": "heatmap", "z": z, "x": columns, "y": names,
         "zmin": 0, "zmax": 2, "colorscale": _SCALE, "xgap": 1, "ygap": 1,
         "colorbar": {"tickvals": [1 / 3, 1, 5 / 3], "ticktext": list(STATES.values()), "thickness": 12, "len": 0.6},
         "hovertemplate": "row %{y}<br>sees %{x}: %{z}<extra>0 blocked · 1 visible · 2 accepted path</extra>",
     }
     # Rows top-down like a matrix; categorical axes keep every label even where tokens repeat.
     layout = base_layout(
-        f"{title} · {len(names)} rows · prefix {step.n_past}", height,
+        title, height,
         yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
         xaxis={"type": "category", "tickangle": -60, "tickfont": {"size": 9}, "side": "bottom"},
     )

@@ -3,15 +3,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from esp import methods
+from esp.drafters.base import Drafter
 from esp.drafters.esp import INITS, TREES, ESPConfig
 from esp.errors import ESPError
 from esp.layout import BUILDERS
 from esp.sampling import Sampling
 
-__all__ = ["INITS", "LAYOUTS", "MODES", "TREES", "RunSettings"]
+__all__ = ["INITS", "KNOBS", "LAYOUTS", "MODES", "TREES", "RunSettings", "knob_reasons"]
 
 LAYOUTS = BUILDERS
 MODES = ("greedy", "sampling")
+# The drafting knobs of the Run view, by the setting name methods register (esp.methods.Method.settings).
+KNOBS = ("k", "bc", "lam", "init", "tree")
+
+
+def knob_reasons(method: str) -> dict[str, str | None]:
+    """Per drafting knob: None if `method` takes it, else a one-line reason why it is off."""
+    if method not in methods.REGISTRY:
+        raise ESPError(f"Unknown method {method!r}: choose from {', '.join(methods.available())}.")
+    takes = methods.REGISTRY[method].settings
+    return {knob: None if knob in takes else f"{method} does not use {knob} (its settings: "
+            f"{', '.join(takes) or 'none'})." for knob in KNOBS}
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,7 @@ class RunSettings:
     seed: int = 0
     max_new_tokens: int = 64
     layouts: str = "efficient"
+    method: str = "esp"
 
     def __post_init__(self):
         # Sliders hand over floats; the engine wants ints where it counts.
@@ -43,15 +57,30 @@ class RunSettings:
             raise ESPError(f"max new tokens must be at least 1, not {self.max_new_tokens}.")
         if self.layouts not in LAYOUTS:
             raise ESPError(f"mask construction must be 'efficient' or 'naive', not {self.layouts!r}.")
-        self.esp_config()  # raises ESPError with the engine's sentence for impossible k / BC / lambda
+        knob_reasons(self.method)  # an unknown method is refused with the list of known ones
+        if self.method == "esp":
+            self.esp_config()  # the engine's sentence for impossible k / BC / lambda
+        self.drafter()  # every other method checks its own settings when built
         self.sampling()
 
     def esp_config(self) -> ESPConfig:
         return ESPConfig(k=self.k, bc=self.bc, lam=float(self.lam), tree=self.tree, init=self.init)
 
     def esp_spec(self) -> str:
-        """The method spec for esp.methods.build."""
+        """ESP's method spec for esp.methods.build, with the panel's settings."""
         return f"esp:k={self.k}:bc={self.bc}:lam={float(self.lam)}:tree={self.tree}:init={self.init}"
+
+    def spec(self) -> str:
+        """The chosen method's spec with the panel's knobs it takes (others are left out)."""
+        if self.method == "esp":
+            return self.esp_spec()
+        knobs = {"k": self.k, "bc": self.bc, "lam": float(self.lam), "init": self.init, "tree": self.tree}
+        name, taken = methods.parse(self.method, knobs)
+        return ":".join([name, *(f"{k}={v}" for k, v in taken.items())])
+
+    def drafter(self) -> Drafter:
+        """A fresh drafter for the chosen method."""
+        return methods.build(self.spec())
 
     def sampling(self) -> Sampling:
         if self.mode == "greedy":
@@ -59,6 +88,8 @@ class RunSettings:
         return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), seed=self.seed)
 
     def describe(self) -> str:
+        if self.method != "esp":
+            return f"{self.drafter().describe()}, {self.mode}, {self.layouts} mask"
         tree = self.esp_config()
         shape = f"dynamic N={tree.n_nodes}" if self.tree == "dynamic" else f"static shape {tree.static_shape}"
         return (f"k={self.k}, BC={self.bc} ({shape}, {tree.n_nodes} nodes), λ={float(self.lam):g}, "

@@ -12,6 +12,8 @@ from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure
 # Engine phases in the order they run (StepTrace.timings keys; "total" is their sum).
 PHASES = ("draft", "mask", "forward", "verify", "commit", "trace")
 _PHASE_COLORS = ("#f2a541", "#8fb8e8", "#3b6fb6", "#2e9d57", "#7b61c9", "#b0b0b0")
+# Steps drawn as bars: at ~400 bars in a half-width panel they blur into a moire.
+WINDOW = 120
 
 
 def run_summary(steps: Sequence[StepTrace | dict], upto: int | None = None) -> RunSummary:
@@ -46,18 +48,36 @@ def accept_hist_figure(summary: RunSummary, current: int | None = None, height: 
     return figure([bar], layout)
 
 
-def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None, height: int = 260) -> go.Figure:
-    """Stacked per-step engine time by phase, in milliseconds; a dotted line marks the current step."""
+def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None, height: int = 300,
+                  window: int = WINDOW) -> go.Figure:
+    """Stacked per-step engine time by phase, in milliseconds, for the last `window` steps up to `current`
+    (older steps are summarised in the title, so bars stay readable and the payload bounded); the y range
+    fits the decoding steps, and a taller prefill bar is clipped with its total written on it."""
     steps = as_steps(steps)
     title = "Engine time per step (ms)"
     if not steps:
         return message_figure(title, "No step yet.", height)
-    xs = [s.step for s in steps]
-    bars = [{"type": "bar", "x": xs, "y": [1000 * s.timings.get(p, 0.0) for s in steps], "name": p,
+    current = len(steps) - 1 if current is None else current
+    start = max(0, current + 1 - window)
+    shown, older = steps[start : current + 1], steps[:start]
+    xs = [s.step for s in shown]
+    bars = [{"type": "bar", "x": xs, "y": [1000 * s.timings.get(p, 0.0) for s in shown], "name": p,
              "marker": {"color": c}, "hovertemplate": f"{p}: %{{y:.1f}} ms<extra>step %{{x}}</extra>"}
             for p, c in zip(PHASES, _PHASE_COLORS)]
-    marks = [] if current is None else [{"type": "line", "x0": current, "x1": current, "y0": 0, "y1": 1,
-                                         "xref": "x", "yref": "paper", "line": {"color": "#333", "width": 1, "dash": "dot"}}]
-    layout = base_layout(title, height, barmode="stack", bargap=0.15, shapes=marks,
-                         xaxis={"title": {"text": "step"}})
+    mark = {"type": "line", "x0": current, "x1": current, "y0": 0, "y1": 1, "xref": "x", "yref": "paper",
+            "line": {"color": "#333", "width": 1, "dash": "dot"}}
+    totals = [1000 * s.timings.get("total", 0.0) for s in shown if not s.prefill]
+    top = 1.15 * max(totals) if totals else None
+    notes = [{"x": s.step, "y": top, "text": f"prefill {1000 * s.timings.get('total', 0.0):.0f} ms ↑",
+              "showarrow": False, "yanchor": "top", "font": {"size": 9}}
+             for s in shown if s.prefill and top and 1000 * s.timings.get("total", 0.0) > top]
+    if older:
+        title += f" · steps {start}-{current}; steps 0-{start - 1}: mean {_mean_ms(older):.0f} ms"
+    layout = base_layout(title, height, barmode="stack", bargap=0.15, shapes=[mark], annotations=notes,
+                         xaxis={"title": {"text": "step"}},
+                         yaxis={"range": [0, top]} if top else {})
     return figure(bars, layout)
+
+
+def _mean_ms(steps: list[StepTrace]) -> float:
+    return 1000 * sum(s.timings.get("total", 0.0) for s in steps) / len(steps)

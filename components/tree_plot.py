@@ -6,11 +6,17 @@ import plotly.graph_objects as go
 
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
 
+from . import sources as src
 from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
 
 # Drawing order (later on top): the accepted path last.
 STATUS_ORDER = (PRUNED, REJECTED, ROOT, ACCEPTED)
-_SYMBOLS = {ROOT: "square", ACCEPTED: "circle", REJECTED: "circle", PRUNED: "circle-open"}
+# A label is up to 6 characters at 10 px (~36 px) plus a gap; the tree panel is ~400 px wide or more on a
+# 1280 px page. Labels closer than that on one level would overlap, so only some are drawn.
+LABEL_PX, MIN_PANEL_PX, LABEL_CHARS = 40, 400, 6
+# Deeper than this (PLD's and LADE's chains), levels are too close for two-line labels below the nodes:
+# labels go on one line to the right of their node, so they need more room across.
+DEEP, DEEP_LABEL_PX = 5, 72
 
 
 def tree_graph(step: StepTrace | dict) -> nx.DiGraph:
@@ -19,7 +25,7 @@ def tree_graph(step: StepTrace | dict) -> nx.DiGraph:
     g = nx.DiGraph()
     for n in step.nodes:
         g.add_node(n.index, token=n.token, text=n.text, prob=n.prob, cum_prob=n.cum_prob,
-                   status=n.status, row=n.row, position=n.position)
+                   status=n.status, row=n.row, position=n.position, sources=list(n.sources), p=n.p)
     g.add_edges_from((n.parent, n.index) for n in step.nodes if n.parent >= 0)
     return g
 
@@ -49,8 +55,43 @@ def tidy_layout(g: nx.DiGraph, root: int = 0) -> dict[int, tuple[float, float]]:
     return {n: (x[n], -float(depth[n])) for n in x}
 
 
+def is_deep(pos: dict[int, tuple[float, float]]) -> bool:
+    return -min(y for _, y in pos.values()) > DEEP
+
+
+def x_range(pos: dict[int, tuple[float, float]]) -> list[float]:
+    """The x axis range: the leaf slots, plus room on the right for the labels of a deep tree."""
+    slots = max(x for x, _ in pos.values()) + 1
+    return [-0.5, slots - 0.5 + (max(1.0, slots / 4) if is_deep(pos) else 0.0)]
+
+
+def labelled_nodes(g: nx.DiGraph, pos: dict[int, tuple[float, float]], panel_px: int = MIN_PANEL_PX) -> set[int]:
+    """The nodes whose label is drawn: per level, root and accepted nodes first, then the others by
+    cumulative probability, each only if it is at least a label's width from every label already drawn on
+    that level. The rest keep their label on hover."""
+    lo, hi = x_range(pos)
+    gap = (DEEP_LABEL_PX if is_deep(pos) else LABEL_PX) * (hi - lo) / panel_px  # a label's width in x units
+    order = sorted(g.nodes, key=lambda n: (g.nodes[n]["status"] not in (ROOT, ACCEPTED), -g.nodes[n]["cum_prob"]))
+    drawn: dict[float, list[float]] = {}
+    out = set()
+    for n in order:
+        x, y = pos[n]
+        level = drawn.setdefault(y, [])
+        if all(abs(x - other) >= gap for other in level):
+            level.append(x)
+            out.add(n)
+    return out
+
+
+def short(text: str) -> str:
+    """A token's visible text cut to LABEL_CHARS characters (… marks the cut)."""
+    t = show_ws(text)
+    return t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…"
+
+
 def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
-    """The draft tree coloured by status, labelled with token and cumulative probability."""
+    """The draft tree coloured by status, marked by source, labelled with token and cumulative probability
+    where labels fit (hover shows every node)."""
     step = as_step(step)
     title = f"Draft tree · step {step.step}"
     if step.prefill:
@@ -70,11 +111,28 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     by_status: dict[str, list[int]] = {}
     for n, status in g.nodes(data="status"):
         by_status.setdefault(status, []).append(n)
-    data += [_node_trace(g, pos, by_status[s], s) for s in STATUS_ORDER if s in by_status]
+    shown = labelled_nodes(g, pos)
+    data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos)) for s in STATUS_ORDER if s in by_status]
+    data += _source_legend(g)
     low = min(y for _, y in pos.values())
     layout = base_layout(f"{title} · accepted {len(path) - 1} of {g.number_of_nodes() - 1}", height,
-                         xaxis={"visible": False}, yaxis={"visible": False, "range": [low - 0.6, 0.4]})
+                         xaxis={"visible": False, "range": x_range(pos)},
+                         yaxis={"visible": False, "range": [low - 0.6, 0.4]},
+                         # Below the tree (it has no x axis there), so the plot keeps the panel's width.
+                         legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top", "font": {"size": 10}})
     return figure(data, layout)
+
+
+def _source_legend(g: nx.DiGraph) -> list[dict]:
+    """One grey legend-only marker per source mark used in this tree."""
+    marks: dict[str, str] = {}
+    for n, d in g.nodes(data=True):
+        if d["status"] in (ACCEPTED, REJECTED) and d["sources"]:
+            label = "agreed" if len(d["sources"]) > 1 else d["sources"][0]  # short: the caption says more
+            marks[label] = src.symbol(d["sources"])
+    return [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": f"source: {label}",
+             "legendgroup": "sources", "marker": {"symbol": sym, "color": "#777", "size": 10}, "hoverinfo": "skip"}
+            for label, sym in sorted(marks.items())]
 
 
 def _segments(pos: dict[int, tuple[float, float]], edges) -> tuple[list, list]:
@@ -86,19 +144,32 @@ def _segments(pos: dict[int, tuple[float, float]], edges) -> tuple[list, list]:
     return xs, ys
 
 
-def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str) -> dict:
-    """One marker trace per status: label = token + cumulative probability; hover adds the rest."""
+def _symbol(status: str, sources: list[str]) -> str:
+    if status == ROOT:
+        return "square"
+    if status == PRUNED:
+        return "circle-open"
+    return src.symbol(sources)
+
+
+def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: set[int], deep: bool) -> dict:
+    """One marker trace per status (colour); the symbol marks each node's source; label = token +
+    cumulative probability where it fits; hover adds draft p, calibrated P and the sources."""
     data = [g.nodes[n] for n in ids]
     return {
         "type": "scatter", "x": [pos[n][0] for n in ids], "y": [pos[n][1] for n in ids],
         "mode": "markers+text", "name": status,
         "marker": {"size": 16 if status in (ROOT, ACCEPTED) else 12, "color": STATUS_COLORS[status],
-                   "symbol": _SYMBOLS[status], "line": {"width": 1, "color": "white"}},
-        "text": [f"{show_ws(d['text'])}<br>{d['cum_prob']:.2f}" for d in data],
-        "textposition": "bottom center", "textfont": {"size": 10},
-        # customdata: raw token text, draft p, depth, cumulative p, node index
-        "customdata": [[d["text"], d["prob"], -pos[n][1], d["cum_prob"], n] for d, n in zip(data, ids)],
-        "hovertemplate": ("<b>%{text}</b><br>draft p = %{customdata[1]:.3f}<br>cumulative p = "
-                          "%{customdata[3]:.3f}<br>depth %{customdata[2]} · node %{customdata[4]}"
+                   "symbol": [_symbol(status, d["sources"]) for d in data], "line": {"width": 1, "color": "white"}},
+        "text": [f"{short(d['text'])}{' ' if deep else '<br>'}{d['cum_prob']:.2f}" if n in shown else ""
+                 for d, n in zip(data, ids)],
+        "textposition": "middle right" if deep else "bottom center", "textfont": {"size": 10},
+        # customdata: raw token text, draft p, depth, cumulative p, node index, sources, calibrated P
+        "customdata": [[d["text"], d["prob"], -pos[n][1], d["cum_prob"], n,
+                        src.describe(d["sources"]) if status != ROOT else "the last emitted token",
+                        "not calibrated" if d["p"] is None else f"{d['p']:.3f}"] for d, n in zip(data, ids)],
+        "hovertemplate": ("<b>%{customdata[0]}</b><br>draft p = %{customdata[1]:.3f}<br>cumulative p = "
+                          "%{customdata[3]:.3f}<br>calibrated P(accepted) = %{customdata[6]}<br>source: "
+                          "%{customdata[5]}<br>depth %{customdata[2]} · node %{customdata[4]}"
                           f"<extra>{status}</extra>"),
     }

@@ -34,7 +34,8 @@ def embedded_path() -> tuple[str, str]:
     return str(folder), EMBEDDED_FILE
 
 
-def _cached(repo_id: str) -> bool:
+def in_local_cache(repo_id: str) -> bool:
+    """True when the Hub model `repo_id` is in the local Hugging Face cache (loadable offline)."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -64,15 +65,19 @@ def default_device() -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
-@functools.lru_cache(maxsize=2)
 def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None) -> LM:
     """Load (once per process) the model called `name`: 'embedded', a Hub id or a local folder."""
+    # One cache key per model, however the call spells it (load() and load("embedded") share one LM).
+    return _load((name or EMBEDDED).strip(), device, dtype)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str, device: str | None, dtype: str | None) -> LM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = default_device()
     dev = torch.device(device) if device else dev
     dt = getattr(torch, dtype) if dtype else dt
-    name = (name or EMBEDDED).strip()
     kwargs = {}
     if name == EMBEDDED and _converted().joinpath("model.safetensors").exists():
         source = str(_converted())
@@ -80,7 +85,7 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
         try:
             source, kwargs["gguf_file"] = embedded_path()
         except ESPError:
-            if not (_cached(EMBEDDED_HUB_ID) or _hub_reachable()):
+            if not (in_local_cache(EMBEDDED_HUB_ID) or _hub_reachable()):
                 raise
             source = EMBEDDED_HUB_ID  # e.g. on a Space, where pip cannot install the package without its deps
     else:
@@ -90,7 +95,7 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
                 f"Unknown model {name!r}: use 'embedded', a Hugging Face Hub id such as "
                 "'Qwen/Qwen3-0.6B', or a local model folder."
             )
-        if not os.path.isdir(source) and not _cached(source) and not _hub_reachable():
+        if not os.path.isdir(source) and not in_local_cache(source) and not _hub_reachable():
             raise ESPError(
                 f"Could not load model {name!r}: the Hugging Face Hub is unreachable from here and the model "
                 "is not in the local cache; use 'embedded', a local model folder, or a machine with network access."

@@ -1,11 +1,16 @@
-"""Measure the app's UI latency on this machine (not a test; numbers go to docs/app_perf.md).
+"""Measure the app's UI latency on this machine (not a test; numbers go to docs/app_perf.md and
+docs/BENCHMARKS.md).
 
-    python scripts/measure_app.py
+    python scripts/measure_app.py            # all three
+    python scripts/measure_app.py stop       # only 3.
 
 1. Run -> first step on screen: a real browser (Debian chromium) presses Run on a warm app and waits
    until the first step's mask figure is drawn.
 2. Per-step view cost vs engine time at BC=60: for every step of a k=2, BC=60 run, the time to build
    all views (app.render) and serialise them as Gradio sends them, against that step's engine time.
+3. Responsiveness and Stop (issue 10): a 512-token run at k=1, BC=60 in a real browser; every ~2 s a
+   script in the page is timed (page.evaluate), then Stop is clicked and the time until the status says
+   "Stopped after N steps" is measured; a new short Run must then finish.
 """
 from __future__ import annotations
 
@@ -84,8 +89,48 @@ def view_cost(bc: int = 60, tokens: int = 12) -> list[tuple[float, float]]:
     return pairs
 
 
+def responsiveness(probe_for_s: float = 30.0) -> dict:
+    """Probe times (s) during a 512-token k=1 BC=60 run, Stop -> "Stopped after" (s), and a new Run."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from app_server import serve
+    from test_browser import ARGS, CHROMIUM, probe_s, settings
+
+    with serve() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1100})
+        page.goto(url)
+        page.locator("#prompt textarea").fill("Write a long story about a robot who learns to paint.")
+        settings(page, 1, 60, 512)
+        status = page.locator("#status")
+        page.locator("#run").click()
+        expect(status).to_contain_text("Decoding", timeout=120_000)
+        probes, start = [], time.monotonic()
+        while time.monotonic() - start < probe_for_s:
+            time.sleep(2.0)
+            probes.append(probe_s(page))
+        step_at_click = status.inner_text()
+        clicked = time.monotonic()
+        page.locator("#stop").click()
+        expect(status).to_contain_text("Stopped after", timeout=60_000)
+        stop_s = time.monotonic() - clicked
+        stopped = status.inner_text()
+        settings(page, 1, 60, 8)
+        page.locator("#run").click()
+        expect(status).to_contain_text("Done", timeout=120_000)
+        browser.close()
+    return {"probes": probes, "stop_s": stop_s, "at_click": step_at_click, "stopped": stopped}
+
+
 def main() -> None:
     load()
+    if sys.argv[1:] == ["stop"]:
+        r = responsiveness()
+        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+        print(f"page probes during the run (s): {', '.join(f'{x:.3f}' for x in r['probes'])}; max {max(r['probes']):.3f}")
+        print(f"status at the click: {r['at_click']!r}")
+        print(f"Stop -> status {r['stopped'].split(' · ')[0]!r} in {r['stop_s']:.2f} s; a new Run then finished")
+        return
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     pairs = view_cost()
     ratios = [v / e for v, e in pairs]

@@ -16,7 +16,8 @@ from components.mask_plot import BLOCKED, ON_PATH, VISIBLE, mask_figure, mask_ma
 from components.settings import RunSettings
 from components.stats import PHASES, accept_hist_figure, run_summary, stats_markdown, timing_figure
 from components.text_view import BONUS, DRAFT, token_sources
-from components.tree_plot import accepted_path, tidy_layout, tree_figure, tree_graph
+from components.tree_plot import (LABEL_PX, MIN_PANEL_PX, accepted_path, labelled_nodes, short, tidy_layout,
+                                  tree_figure, tree_graph)
 from esp.errors import ESPError
 from esp.methods import build
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
@@ -100,7 +101,10 @@ def test_tree_figure_colours_labels_and_hover(hit):
         t = traces[status]
         assert t.marker.color == STATUS_COLORS[status]
         assert len(t.x) == len(nodes)
-        assert list(t.text) == [f"{show_ws(n.text)}<br>{n.cum_prob:.2f}" for n in nodes]
+        labels = [x for x in t.text if x]
+        assert set(labels) <= {f"{short(n.text)}<br>{n.cum_prob:.2f}" for n in nodes}  # two lines, below
+        if status in (ROOT, ACCEPTED):  # the root and the accepted path are always labelled
+            assert len(labels) == len(nodes)
         # customdata: raw text, draft p, depth, cumulative p, node index
         assert [c[4] for c in t.customdata] == [n.index for n in nodes]
         assert [c[2] for c in t.customdata] == [n.depth for n in nodes]
@@ -192,7 +196,7 @@ def test_stats_numbers_and_figures(steps, hit):
     timing = timing_figure(steps, current=3)
     assert [t.name for t in timing.data] == list(PHASES)
     forward = _traces(timing)["forward"]
-    assert list(forward.y) == pytest.approx([1000 * x.timings["forward"] for x in steps])
+    assert list(forward.y) == pytest.approx([1000 * x.timings["forward"] for x in steps[:4]])  # up to the current
     assert timing.layout.shapes[0].x0 == 3
 
 
@@ -224,3 +228,187 @@ def test_settings_use_the_engine_rules():
         RunSettings(k=2.5)
     assert RunSettings(mode="sampling", temperature=0.5).sampling().temperature == 0.5
     assert RunSettings(mode="greedy", temperature=0.5).sampling().greedy
+
+
+def _wide_step(base: StepTrace, widths: list[int], sources: list[str] | None = None) -> StepTrace:
+    """A step whose static tree has `widths` nodes per depth (top-1 expansion), the first path accepted."""
+    nodes = [dict(base.nodes[0].to_dict() if hasattr(base.nodes[0], "to_dict") else vars(base.nodes[0]))]
+    parent = 0
+    for depth, width in enumerate(widths, 1):
+        first = len(nodes)
+        for r in range(width):
+            nodes.append(dict(index=len(nodes), token=100 + len(nodes), text=f"tok{len(nodes)}xyz", parent=parent,
+                              depth=depth, prob=0.5 / (r + 1), cum_prob=0.5 ** depth / (r + 1),
+                              status=ACCEPTED if r == 0 else REJECTED, row=len(nodes), position=depth,
+                              sources=list(sources or []), p=None))
+        parent = first
+    d = base.to_dict()
+    d.update(nodes=nodes, accepted=[n["token"] for n in nodes if n["status"] == ACCEPTED])
+    return StepTrace.from_dict(d)
+
+
+@pytest.mark.parametrize("widths", [[29], [59], [15, 4], [29, 9], [7, 5, 3], [20, 8, 3, 1]])
+def test_tree_labels_never_overlap_up_to_bc_120(hit, widths):
+    step = _wide_step(hit, widths)
+    fig = tree_figure(step)
+    slots = sum(w - 1 for w in widths) + 1  # leaves: each level's rejected nodes + the deepest accepted one
+    assert fig.layout.xaxis.range[1] - fig.layout.xaxis.range[0] == slots
+    gap = LABEL_PX * slots / MIN_PANEL_PX
+    points = [(x, y) for t in fig.data if t.mode == "markers+text" for x, y, s in zip(t.x, t.y, t.text) if s]
+    for a in points:
+        for b in points:
+            if a != b and a[1] == b[1]:
+                assert abs(a[0] - b[0]) >= gap - 1e-9  # labels on one level are a label's width apart
+    assert len(points) >= len(widths) + 1  # root and accepted path at least
+    hovers = [c for t in fig.data if t.mode == "markers+text" for c in t.customdata]
+    assert len(hovers) == len(step.nodes)  # every node keeps its hover
+
+
+def test_deep_chains_label_to_the_right(hit):
+    from components.tree_plot import DEEP_LABEL_PX
+
+    chain = _wide_step(hit, [1] * 10)  # a PLD-like chain of ten drafts
+    fig = tree_figure(chain)
+    node_traces = [t for t in fig.data if t.mode == "markers+text"]
+    assert all(t.textposition == "middle right" for t in node_traces)
+    assert all("<br>" not in x for t in node_traces for x in t.text)  # one line: levels are close
+    lo, hi = fig.layout.xaxis.range
+    assert hi - lo >= 2  # room right of the chain for its labels
+    assert DEEP_LABEL_PX > LABEL_PX
+
+
+def test_labelled_nodes_prefer_the_accepted_path(hit):
+    step = _wide_step(hit, [59])
+    g = tree_graph(step)
+    shown = labelled_nodes(g, tidy_layout(g))
+    assert 0 in shown and all(n in shown for n in g.nodes if g.nodes[n]["status"] == ACCEPTED)
+    assert len(shown) < len(step.nodes)
+    assert short("abcdefghij") == "abcde…" and short("ab") == "ab"
+
+
+def test_sources_mark_tree_mask_and_text(hit):
+    from components import sources as src
+    from components.text_view import AGREED, BY_SOURCE
+
+    step = _wide_step(hit, [3, 2], sources=["esp", "lookup"])
+    fig = tree_figure(step)
+    symbols = [sym for t in fig.data if t.name == ACCEPTED for sym in t.marker.symbol]
+    assert symbols == [src.AGREED_SYMBOL] * 2  # both sources agreed on every node
+    assert any(t.name == "source: agreed" for t in fig.data)
+    hover = next(t for t in fig.data if t.name == ACCEPTED).customdata[0]
+    assert hover[5] == src.describe(["esp", "lookup"]) and hover[6] == "not calibrated"
+    assert row_names(step)[1].endswith("[E+L]")
+    single = _wide_step(hit, [3], sources=["lookup"])
+    assert [s for t in tree_figure(single).data if t.name == REJECTED for s in t.marker.symbol] == ["diamond"] * 2
+    labels = [label for _, label in token_sources([single])]
+    assert labels[0] == BY_SOURCE["lookup"] and labels[-1] == BONUS
+    assert [label for _, label in token_sources([step])][0] == AGREED
+
+
+def test_text_view_folds_old_tokens(steps):
+    full = token_sources(steps, limit=None)
+    short_view = token_sources(steps, limit=5)
+    assert len(short_view) == 6 and short_view[1:] == full[-5:]
+    assert f"{len(full) - 5} earlier tokens" in short_view[0][0]
+
+
+def test_prefill_mask_shows_the_prompt(steps):
+    pre = steps[0]
+    fig = mask_figure(pre)
+    heat = fig.data[0]
+    n = pre.positions[0]
+    assert heat.y[0] == f"prompt ({n} tokens)" and heat.x[0] == f"prompt ×{n}"
+    assert list(heat.z[0]) == [ON_PATH] + [BLOCKED] * (len(heat.x) - 1)
+    assert len(heat.y) == len(pre.row_labels) + 1 and "prefill" in fig.layout.title.text
+    assert "prefix ×0" not in heat.x
+
+
+def test_timing_view_is_bounded_and_readable(steps):
+    from components.stats import WINDOW
+
+    many = []
+    for i in range(400):
+        d = steps[min(i, len(steps) - 1) if i == 0 else 1 + i % (len(steps) - 1)].to_dict()
+        d["step"] = i
+        many.append(StepTrace.from_dict(d))
+    fig = timing_figure(many, 399)
+    assert len(fig.data[0].x) == WINDOW and fig.data[0].x[-1] == 399
+    assert f"steps 0-{399 - WINDOW}: mean" in fig.layout.title.text
+    early = timing_figure(many, 10)
+    decode_max = max(1000 * s.timings["total"] for s in many[1:11])
+    assert early.layout.yaxis.range[1] == pytest.approx(1.15 * decode_max)  # the prefill does not flatten it
+    if 1000 * many[0].timings["total"] > early.layout.yaxis.range[1]:
+        assert "prefill" in early.layout.annotations[0].text
+
+
+def test_legends_sit_outside_the_data(steps, hit):
+    summary = run_summary(steps)
+    for fig in (tree_figure(hit), align_figure(steps), timing_figure(steps), accept_hist_figure(summary)):
+        legend = fig.layout.legend
+        assert legend.x > 1 or legend.y > 1 or legend.y < 0
+        assert fig.layout.xaxis.automargin  # tick labels and axis titles are never cut
+
+
+FAKE_CURVE = {"q": [1, 10, 30, 60, 120], "t": [0.08, 0.12, 0.2, 0.29, 0.48]}
+
+
+def test_cost_view_break_even_and_sentences(steps, hit):
+    from components.cost_view import cost_figure, cost_sentences, ratio, step_width
+
+    assert ratio(FAKE_CURVE, 1) == 1 and ratio(FAKE_CURVE, 60) == pytest.approx(0.29 / 0.08)
+    assert ratio(FAKE_CURVE, 20) == pytest.approx(0.16 / 0.08)  # interpolated between 10 and 30
+    fig = cost_figure(steps, hit.step, FAKE_CURVE)
+    go.Figure(fig.to_dict())
+    traces = {t.name: t for t in fig.data}
+    line = traces["break-even: t(q)/t(1)"]
+    assert list(line.x) == FAKE_CURVE["q"] and list(line.y) == pytest.approx([t / 0.08 for t in FAKE_CURVE["t"]])
+    here = traces[f"step {hit.step}: emitted"]
+    assert (here.x[0], here.y[0]) == (step_width(hit), len(hit.emitted)) and step_width(hit) == len(hit.positions)
+    ratios = traces["time / t(1)"]
+    decode = [s for s in steps[: hit.step + 1] if not s.prefill]
+    assert list(ratios.y) == pytest.approx([s.timings["total"] / 0.08 for s in decode])
+    text = cost_sentences(steps, hit.step, FAKE_CURVE)
+    r = ratio(FAKE_CURVE, step_width(hit))
+    assert f"costs {r:.1f}× a one-token forward" in text and f"emitted {len(hit.emitted)}" in text
+    assert ("won" in text) == (len(hit.emitted) > r) and "GPU" in text and "6.0×" in text
+    assert not cost_figure(steps, 0, FAKE_CURVE).data  # the prefill has no draft cost: a note
+    assert not cost_figure(steps, hit.step, None).data
+
+
+def test_cost_view_prefers_the_step_cost_record(hit):
+    from components.cost_view import cost_figure, step_width
+
+    d = hit.to_dict()
+    d["cost"] = {"budget": "auto", "rows": 7, "cap": 60, "expected_tokens": 2.5, "predicted_s": 0.1,
+                 "measured_s": 0.11, "curve": {"q": [1, 7], "t": [0.1, 0.2]}}
+    step = StepTrace.from_dict(d)
+    fig = cost_figure([step], 0, FAKE_CURVE)
+    traces = {t.name: t for t in fig.data}
+    assert step_width(step) == 7 and list(traces["break-even: t(q)/t(1)"].y) == [1.0, 2.0]
+    assert traces["expected"].y[0] == 2.5
+
+
+def test_old_traces_without_new_fields_still_load(hit):
+    d = hit.to_dict()
+    d.pop("cost")
+    for n in d["nodes"]:
+        n.pop("sources"), n.pop("p")
+    old = StepTrace.from_dict(d)
+    assert tree_figure(old).data and mask_figure(old).data and token_sources([old])
+
+
+def test_server_limits_from_the_environment():
+    from components.limits import Limits
+
+    lim = Limits.from_env({"ESP_APP_MODELS": "embedded, /models/x ,embedded", "ESP_APP_MAX_NEW_TOKENS": "32",
+                           "ESP_APP_THREADS": "1"})
+    assert lim.models == ("embedded", "/models/x") and lim.max_new_tokens == 32 and lim.threads == 1
+    assert lim.check_model("/models/x") == "/models/x"
+    with pytest.raises(ESPError, match="does not offer the model 'Qwen/Qwen3-0.6B'"):
+        lim.check_model("Qwen/Qwen3-0.6B")
+    with pytest.raises(ESPError, match="at most 32 new tokens"):
+        lim.check_new_tokens(33)
+    with pytest.raises(ESPError, match="ESP_APP_THREADS must be a whole number"):
+        Limits.from_env({"ESP_APP_THREADS": "many"})
+    space = Limits.from_env({"SPACE_ID": "me/esp"})
+    assert space.models[0] == "embedded" and len(space.models) > 1  # small Hub models on a Space

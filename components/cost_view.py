@@ -1,0 +1,107 @@
+"""What a step costs: the machine's t(q)/t(1) curve as the break-even line, each step's width and tokens
+on it, and the run's tokens and time per step, both in units of one single-token forward."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from esp.trace import StepTrace
+
+from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .stats import WINDOW
+
+Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
+PREFILL_NOTE = "Step 0 is the prefill: it feeds the whole prompt and drafts nothing, so it has no draft cost to weigh."
+
+
+def step_width(step: StepTrace) -> int:
+    """Rows the step's forward fed (the cost record's count for budgeted drafters)."""
+    return int(step.cost["rows"]) if step.cost else len(step.positions)
+
+
+def step_curve(step: StepTrace, machine: Curve | None) -> Curve | None:
+    """The curve that priced this step: its own cost record's, else the machine's."""
+    return step.cost["curve"] if step.cost and step.cost.get("curve") else machine
+
+
+def ratio(curve: Curve, q: float) -> float:
+    """t(q)/t(1), linearly interpolated on the curve (clamped at its ends)."""
+    qs, ts = np.asarray(curve["q"], float), np.asarray(curve["t"], float)
+    order = np.argsort(qs)
+    qs, ts = qs[order], ts[order]
+    return float(np.interp(q, qs, ts) / np.interp(1, qs, ts))
+
+
+def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None,
+                height: int = 340) -> go.Figure:
+    """Left: break-even line t(q)/t(1) over block width q, the run's steps (grey) and this step (emitted
+    and expected tokens). Right: per step, tokens emitted (bars) and time in single-token forwards (line)."""
+    steps = as_steps(steps)
+    upto = len(steps) - 1 if upto is None else upto
+    title = "What a step costs (in single-token forwards)"
+    step = steps[upto]
+    curve = step_curve(step, machine)
+    if curve is None or not curve.get("q"):
+        return message_figure(title, "No cost curve for this run's machine.", height)
+    if step.prefill:
+        return message_figure(title, PREFILL_NOTE, height)
+    qs = sorted(set(list(curve["q"]) + [1]))
+    # The prefill prices the prompt, not a draft; like the timing view, only the last WINDOW steps are drawn.
+    run = [s for s in steps[max(0, upto + 1 - WINDOW) : upto + 1] if not s.prefill]
+    width, tokens = step_width(step), len(step.emitted)
+    t1 = float(np.interp(1, curve["q"], curve["t"]))
+    data = [
+        {"type": "scatter", "x": qs, "y": [ratio(curve, q) for q in qs], "mode": "lines+markers",
+         "name": "break-even: t(q)/t(1)", "line": {"color": "#d9544f", "dash": "dash"},
+         "hovertemplate": "a %{x}-row forward costs %{y:.2f} one-row forwards<extra></extra>"},
+        {"type": "scatter", "x": [step_width(s) for s in run], "y": [len(s.emitted) for s in run], "mode": "markers",
+         "name": "steps so far", "marker": {"color": "#b0b0b0", "size": 6},
+         "hovertemplate": "%{x} rows, %{y} tokens<extra></extra>"},
+        {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
+         "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "circle"},
+         "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
+    ]
+    if step.cost and step.cost.get("expected_tokens") is not None:
+        data.append({"type": "scatter", "x": [width], "y": [step.cost["expected_tokens"]], "mode": "markers",
+                     "name": "expected", "marker": {"color": "#3b6fb6", "size": 12, "symbol": "diamond-open"},
+                     "hovertemplate": "expected %{y:.2f} tokens<extra></extra>"})
+    xs = [s.step for s in run]
+    data += [
+        {"type": "bar", "x": xs, "y": [len(s.emitted) for s in run], "name": "tokens per step",
+         "marker": {"color": "#8fb8e8"}, "xaxis": "x2", "yaxis": "y2",
+         "hovertemplate": "step %{x}: %{y} tokens<extra></extra>"},
+        {"type": "scatter", "x": xs, "y": [s.timings.get("total", 0.0) / t1 for s in run], "mode": "lines",
+         "name": "time / t(1)", "line": {"color": "#d9544f"}, "xaxis": "x2", "yaxis": "y2",
+         "hovertemplate": "step %{x}: %{y:.2f}× a one-row forward<extra></extra>"},
+    ]
+    layout = base_layout(title, height, **two_panels(("tokens per step vs block width", "per step: tokens vs time")))
+    layout["margin"]["t"] = 60
+    layout["xaxis"]["title"] = {"text": "block width q (rows fed)", "font": {"size": 10}}
+    layout["xaxis2"]["title"] = {"text": "step", "font": {"size": 10}}
+    layout["yaxis"]["title"] = {"text": "tokens (or cost)", "font": {"size": 10}}
+    layout["yaxis2"]["rangemode"] = layout["yaxis"]["rangemode"] = "tozero"
+    return figure(data, layout)
+
+
+def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None) -> str:
+    """Two plain sentences with this machine's numbers: why this step won or lost, and why wide trees win
+    on a GPU but lose on this CPU."""
+    steps = as_steps(steps)
+    upto = len(steps) - 1 if upto is None else upto
+    step = steps[upto]
+    curve = step_curve(step, machine)
+    if curve is None or not curve.get("q"):
+        return "No cost curve is known for the machine that recorded this run."
+    if step.prefill:
+        return PREFILL_NOTE
+    width, tokens = step_width(step), len(step.emitted)
+    r = ratio(curve, width)
+    widest = max(curve["q"])
+    verdict = "won" if tokens > r else "lost"
+    return (f"On this machine a forward of {width} rows costs {r:.1f}× a one-token forward, so step {upto} had to "
+            f"emit more than {r:.1f} tokens to beat plain decoding; it emitted {tokens} and {verdict}. "
+            f"On a GPU a forward is bound by reading the weights, so even {widest} rows cost about one token's "
+            f"forward and every accepted draft is profit, while on this CPU {widest} rows cost "
+            f"{ratio(curve, widest):.1f}× as much, so wide trees lose unless they accept long runs.")

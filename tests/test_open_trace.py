@@ -1,0 +1,60 @@
+"""Opening a recorded trace needs no model: checked in a fresh process where loading one would fail."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = """
+import json, sys
+sys.path.insert(0, {root!r})
+import esp.models
+def refuse(*args):
+    raise RuntimeError("a model was loaded")
+esp.models._load = refuse
+import plotly.graph_objects as go
+import app
+app.build_app()
+out = {{}}
+for name in app.TRACES:
+    session = app.Session()
+    status, scrub, *views, kept = app.open_shipped(name, session)
+    figures = [v for v in views if isinstance(v, go.Figure)]
+    out[name] = {{"status": status, "steps": len(session.steps), "figures": len(figures),
+                  "empty": sum(not f.data for f in figures), "views": len(views)}}
+    for i in range(len(session.steps)):  # every step re-renders with every view
+        app.render(session, i)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def opened() -> dict:
+    run = subprocess.run([sys.executable, "-c", SCRIPT.format(root=str(ROOT))], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_shipped_traces_render_every_view_without_a_model(opened):
+    import app
+
+    assert set(opened) == set(app.TRACES)
+    for name, r in opened.items():
+        assert r["status"].startswith("**Done**") and r["steps"] >= 3
+        assert r["views"] == len(app.VIEWS) and r["figures"] == 6  # tree, mask, align, hist, timing, cost
+        assert r["empty"] <= 1, name  # at most the alignment of a method without masks is a note
+
+
+def test_shipped_traces_are_small_and_record_masks():
+    import app
+
+    for path in app.TRACES.values():
+        data = json.loads(path.read_text())
+        assert path.stat().st_size < 400_000
+        assert all(step["mask"] for step in data["steps"])  # the mask view has data at every step
+        assert data["meta"]["model_name"] == "embedded" and data["meta"]["prompt_ids"]
