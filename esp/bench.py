@@ -102,6 +102,13 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def widths(g) -> dict:
+    """Block rows fed per step after the prefill: their mean and a summary of their spread."""
+    w = sorted(len(s.positions) for s in g.steps if not s.prefill) or [1]
+    pick = lambda f: w[min(len(w) - 1, int(f * len(w)))]
+    return {"width_mean": sum(w) / len(w), "width": {"min": w[0], "median": pick(0.5), "p90": pick(0.9), "max": w[-1]}}
+
+
 def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy decoding, the ground truth for losslessness."""
     import torch
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                 g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False).generate(ids)
                 rows.append({"qid": q.get("question_id"), "category": q["category"], "method": s,
                              "tokens": g.tokens, "n_tokens": g.summary.tokens, "forwards": g.summary.forwards,
-                             "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s})
+                             "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s, **widths(g)})
                 bar.update()
             if a.reference:
                 ar = next(r["tokens"] for r in reversed(rows) if r["method"] == "ar")
