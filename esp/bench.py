@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
-from .engine import Decoder
+from .engine import Decoder, Generation
 from .errors import ESPError
 from .methods import build
 
@@ -65,6 +65,9 @@ def aggregate(rows: list[dict], methods: list[str]) -> dict:
             cats[cat] = {"tau": s["tau"], "speedup": s["speedup"], "n": s["n"]}
         results[m] = {"tau": overall["tau"], "tokens_per_s": overall["tokens_per_s"], "speedup": overall["speedup"],
                       "lossless": all(r["tokens"] == ar_tokens.get(r["qid"]) for r in rs), "per_category": cats}
+        gap = alignment_gap(rs)
+        if gap:
+            results[m]["alignment"] = gap
     return results
 
 
@@ -102,6 +105,59 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def record(q: dict, method: str, g: Generation, align: bool) -> dict:
+    """One question's result for one method: the only place records are built."""
+    r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": g.tokens,
+         "n_tokens": g.summary.tokens, "forwards": g.summary.forwards, "seconds": g.summary.seconds,
+         "tokens_per_s": g.summary.tokens_per_s}
+    if align:
+        r["align"] = alignment_sums(g)
+    return r
+
+
+def alignment_sums(g: Generation) -> dict:
+    """Per-layer sums of the mean-centred mask/real cosines, accepted and rejected apart (sums, so that
+    questions pool exactly)."""
+    out = {"accepted_sum": None, "accepted_n": 0, "rejected_sum": None, "rejected_n": 0}
+    for st in g.steps:
+        for al in st.alignment or []:
+            key = "accepted" if al.accepted else "rejected"
+            prev = out[f"{key}_sum"]
+            out[f"{key}_sum"] = list(al.cos) if prev is None else [x + y for x, y in zip(prev, al.cos)]
+            out[f"{key}_n"] += 1
+    return out
+
+
+def alignment_gap(rows: list[dict]) -> dict | None:
+    """Pooled per-layer mean cosine of accepted and rejected masks and their gap (accepted - rejected)."""
+    acc = [r["align"] for r in rows if r.get("align") and r["align"]["accepted_n"]]
+    rej = [r["align"] for r in rows if r.get("align") and r["align"]["rejected_n"]]
+    if not acc or not rej:
+        return None
+
+    def mean(parts: list[dict], key: str) -> list[float]:
+        n = sum(p[f"{key}_n"] for p in parts)
+        return [sum(col) / n for col in zip(*(p[f"{key}_sum"] for p in parts))]
+
+    a, r = mean(acc, "accepted"), mean(rej, "rejected")
+    return {"accepted": a, "rejected": r, "gap": [x - y for x, y in zip(a, r)],
+            "n_accepted": sum(p["accepted_n"] for p in acc), "n_rejected": sum(p["rejected_n"] for p in rej)}
+
+
+def alignment_table(results: dict) -> str:
+    """Markdown: per layer, the accepted - rejected cosine gap of every method that has masks."""
+    gaps = {m: r["alignment"] for m, r in results.items() if r.get("alignment")}
+    if not gaps:
+        return ""
+    n_layers = len(next(iter(gaps.values()))["gap"])
+    lines = ["| layer | " + " | ".join(gaps) + " |", "|" + "---|" * (len(gaps) + 1)]
+    for i in range(n_layers):
+        name = "emb" if i == 0 else "out" if i == n_layers - 1 else str(i)
+        lines.append(f"| {name} | " + " | ".join(f"{g['gap'][i]:+.3f}" for g in gaps.values()) + " |")
+    lines.append("| masks (acc / rej) | " + " | ".join(f"{g['n_accepted']} / {g['n_rejected']}" for g in gaps.values()) + " |")
+    return "\n".join(lines)
+
+
 def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy decoding, the ground truth for losslessness."""
     import torch
@@ -120,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
                    help="also check that ar's tokens equal transformers' model.generate(do_sample=False)")
+    p.add_argument("--align", action="store_true",
+                   help="record per-layer alignment of mask states (accepted vs rejected) for methods with masks")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
@@ -150,10 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     with tqdm(total=len(questions) * len(specs), desc="bench", unit="gen", file=sys.stderr) as bar:
         for q, ids in zip(questions, prompts):
             for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False).generate(ids)
-                rows.append({"qid": q.get("question_id"), "category": q["category"], "method": s,
-                             "tokens": g.tokens, "n_tokens": g.summary.tokens, "forwards": g.summary.forwards,
-                             "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s})
+                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(ids)
+                rows.append(record(q, s, g, a.align))
                 bar.update()
             if a.reference:
                 ar = next(r["tokens"] for r in reversed(rows) if r["method"] == "ar")
@@ -170,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
                 "max_new_tokens": a.max_new_tokens, "questions": len(questions)}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
-        Path(a.markdown).write_text(table(results, markdown=True) + "\n")
+        gaps = alignment_table(results)
+        Path(a.markdown).write_text(table(results, markdown=True) + "\n"
+                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
     if a.html:
         chart(results, a.html)
 
