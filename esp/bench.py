@@ -16,6 +16,7 @@ from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
 from .engine import Decoder, Generation
 from .errors import ESPError
 from .methods import build
+from .shard import Shard, start
 
 
 def load_questions(path: str, per_category: int | None) -> list[dict]:
@@ -166,6 +167,30 @@ def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
+              a: argparse.Namespace) -> list[tuple[int, list[dict], bool]]:
+    """This process's questions: (question index, its records for every method, ar != model.generate)."""
+    from tqdm import tqdm
+
+    mine = shard.mine(len(questions))
+    prompts = {i: lm.chat_ids(questions[i]["turns"][0]) for i in mine}
+    for d in drafters.values():
+        for w in range(a.warmup if mine else 0):
+            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[mine[w % len(mine)]])
+    out = []
+    with tqdm(total=len(mine) * len(drafters), desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
+        for i in mine:
+            rows = []
+            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
+                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(prompts[i])
+                rows.append(record(questions[i], s, g, a.align))
+                bar.update()
+            ar = next(r["tokens"] for r in rows if r["method"] == "ar")
+            differs = a.reference and ar != reference_tokens(lm, prompts[i], a.max_new_tokens)
+            out.append((i, rows, differs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -176,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
                    help="also check that ar's tokens equal transformers' model.generate(do_sample=False)")
+    p.add_argument("--device-map", choices=["auto"], default=None,
+                   help="spread the model over the visible GPUs (under torchrun: over this process's share of them)")
     p.add_argument("--align", action="store_true",
                    help="record per-layer alignment of mask states (accepted vs rejected) for methods with masks")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
@@ -195,26 +222,20 @@ def main(argv: list[str] | None = None) -> None:
     drafters = {s: build(s, esp_defaults(a)) for s in specs}
     questions = load_questions(a.questions, a.per_category)
 
-    from tqdm import tqdm
-
     from .models import load
 
-    lm = load(a.model)
-    prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
-    for d in drafters.values():
-        for i in range(a.warmup):
-            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[i % len(prompts)])
-    rows, mismatched = [], []
-    with tqdm(total=len(questions) * len(specs), desc="bench", unit="gen", file=sys.stderr) as bar:
-        for q, ids in zip(questions, prompts):
-            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(ids)
-                rows.append(record(q, s, g, a.align))
-                bar.update()
-            if a.reference:
-                ar = next(r["tokens"] for r in reversed(rows) if r["method"] == "ar")
-                if ar != reference_tokens(lm, ids, a.max_new_tokens):
-                    mismatched.append(q.get("question_id"))
+    shard = start()
+    try:
+        lm = load(a.model, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)
+        done = run_share(lm, drafters, questions, shard, a)
+        parts = shard.gather(done)
+    finally:
+        shard.close()
+    if not shard.main:
+        return
+    done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
+    rows = [r for _, rs, _ in done for r in rs]
+    mismatched = [questions[i].get("question_id") for i, _, differs in done if differs]
     results = aggregate(rows, specs)
     print(f"model {lm.name}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
     print(table(results))

@@ -52,9 +52,10 @@ def default_device() -> tuple[torch.device, torch.dtype]:
 
 
 @functools.lru_cache(maxsize=2)
-def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None) -> LM:
+def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None,
+         gpus: tuple[int, ...] | None = None) -> LM:
     """Load (once per process) the model called `name`: an offline model (see `offline_models()`), a Hub
-    id or a local folder."""
+    id or a local folder; `gpus` spreads it over those GPUs (device_map="auto") instead of one device."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = default_device()
@@ -62,7 +63,7 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
     dt = getattr(torch, dtype) if dtype else dt
     name = (name or EMBEDDED).strip()
     entry = MODELS.get(name)
-    kwargs = {}
+    kwargs, spread = {}, {}
     if entry and is_converted(entry):
         source = str(converted(entry))
     elif entry:
@@ -92,8 +93,10 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
         quiet.setLevel(logging.ERROR)
         tok = AutoTokenizer.from_pretrained(source, **kwargs)
         # A GGUF is converted in float32 so that the cached weights are exact whatever dtype this load wants.
+        if gpus:  # leave a tenth of each GPU for activations and the KV cache
+            spread = {"device_map": "auto", "max_memory": {g: int(torch.cuda.mem_get_info(g)[0] * 0.9) for g in gpus}}
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32 if kwargs else dt,
-                                                     attn_implementation="sdpa", **kwargs)
+                                                     attn_implementation="sdpa", **kwargs, **spread)
     except ESPError:
         raise
     except (OSError, ValueError) as e:
@@ -108,7 +111,11 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
         if entry.parts:  # the joined GGUF was only the converter's input
             Path(source, kwargs["gguf_file"]).unlink(missing_ok=True)
     label = entry.hub_id if entry and source == entry.hub_id else entry.label if entry else name
-    return LM(model.to(dev, dt), tok, label)
+    if not gpus:
+        model = model.to(dev, dt)
+    elif model.dtype != dt:  # a spread model stays where accelerate put it; only a converted GGUF needs a cast
+        model = model.to(dt)
+    return LM(model, tok, label)
 
 
 def _save_converted(model, tok, target: Path) -> None:
