@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from esp.costs import IdTokenizer
 from esp.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,19 +34,6 @@ def spec_bench(per_category: int = 1) -> list[dict]:
             seen[q["category"]] = seen.get(q["category"], 0) + 1
             out.append(q)
     return out
-
-
-class _IdTokenizer:
-    """Enough of a tokenizer for random-weight models: ids are their own text."""
-
-    eos_token_id = None
-    chat_template = None
-
-    def decode(self, ids, **_):
-        return " ".join(str(i) for i in ids)
-
-    def __call__(self, text):
-        return {"input_ids": [int(x) for x in text.split()]}
 
 
 def _tiny(arch: str, vocab: int = 96):
@@ -81,7 +69,7 @@ def tiny_lm():
             torch.manual_seed(0)
             model = _tiny(arch).double().eval()
             model.generation_config.eos_token_id = None
-            made[arch] = LM(model, _IdTokenizer(), f"tiny-{arch}")
+            made[arch] = LM(model, IdTokenizer(), f"tiny-{arch}")
         return made[arch]
 
     return get
