@@ -12,6 +12,7 @@ from .drafters.esp import ESPConfig, ESPDrafter
 from .engine import Decoder
 from .layout import EfficientLayouts, NaiveLayouts
 from .lm import LM
+from .tree import dynamic_tree, static_tree
 
 # ESP at the paper's BC = 60: the configurations whose per-step overhead is measured
 BC60 = {"k=1 bc=60 static": ESPConfig(k=1, bc=60), "k=2 bc=60 static": ESPConfig(k=2, bc=60),
@@ -105,8 +106,6 @@ def overhead(lm: LM, prompts: list[list[int]], configs: dict[str, ESPConfig], to
 def builders(repeats: int, past: int = 300, device: torch.device = torch.device("cpu")) -> dict:
     """Median microseconds to build a step's mask (layout + additive mask with the prefix, on `device`) at
     BC=60, the efficient builder against the naive one."""
-    from esp.tree import dynamic_tree, static_tree
-
     v = 1000
     g = torch.Generator().manual_seed(0)
     out = {}
