@@ -16,8 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from esp.bench import aggregate, alignment_table, table  # noqa: E402
 
 
-def merge(runs: list[dict]) -> dict:
-    """One bench result from several; meta keeps the first run's and lists every run's methods."""
+def merge(runs: list[dict], order: list[str] | None = None) -> dict:
+    """One bench result from several (methods in `order`, default: as they first appear); meta keeps the
+    first run's and lists every run's methods."""
     records, seen, methods = [], set(), {}
     for run in runs:
         methods.update(run["meta"]["methods"])
@@ -25,7 +26,9 @@ def merge(runs: list[dict]) -> dict:
             if (r["qid"], r["method"]) not in seen:
                 seen.add((r["qid"], r["method"]))
                 records.append(r)
-    order = list(methods)
+    order = order or list(methods)
+    records = [r for r in records if r["method"] in order]
+    methods = {m: methods[m] for m in order}
     qids = list(dict.fromkeys(r["qid"] for r in records))
     records.sort(key=lambda r: (qids.index(r["qid"]), order.index(r["method"])))
     meta = dict(runs[0]["meta"], methods=methods, questions=len(qids), merged_from=len(runs))
@@ -35,10 +38,11 @@ def merge(runs: list[dict]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+")
+    p.add_argument("--methods", help="comma list: which methods to keep, in this order (default: all)")
     p.add_argument("--json")
     p.add_argument("--markdown")
     a = p.parse_args()
-    out = merge([json.loads(Path(f).read_text()) for f in a.runs])
+    out = merge([json.loads(Path(f).read_text()) for f in a.runs], a.methods.split(",") if a.methods else None)
     print(table(out["results"]))
     if a.json:
         Path(a.json).write_text(json.dumps(out))
