@@ -16,10 +16,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_esp_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=None, help="mask tokens (1-4)")
-    p.add_argument("--bc", type=int, default=None, help="block complexity: tokens per forward")
+    p.add_argument("--bc", type=_budget, default=None,
+                   help="block complexity: tokens per forward, or 'auto' (chosen per step from measured cost)")
     p.add_argument("--lam", type=float, default=None, help="EMA rate of the mask embedding, in [0, 1]")
     p.add_argument("--tree", default=None, choices=["static", "dynamic"])
     p.add_argument("--init", default=None, choices=["mean", "sample", "lastk"])
+
+
+def _budget(value: str) -> int | str:
+    from .methods import budget
+
+    try:
+        return budget(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', not {value!r}") from None
 
 
 def esp_defaults(a: argparse.Namespace) -> dict:

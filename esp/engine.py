@@ -89,7 +89,7 @@ class Decoder:
             prop = self.drafter.propose(ctx)
             t1 = self._now()
             tree = prop.tree
-            lay = self.layouts.layout(tree.parents, prop.k, prop.extra)
+            lay = self.layouts.layout(tree.parents, prop.k, prop.extra, prop.masked)
             lead = len(pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
             root_pos = past + lead
             positions = torch.cat([torch.arange(past, root_pos), root_pos + lay.offsets]).to(lm.device)
@@ -114,7 +114,7 @@ class Decoder:
             res = StepResult(
                 prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
                 node_logits, path, bonus, root_pos, emitted,
-                None if layers is None or not lead else tuple(h[:lead] for h in layers),
+                None if layers is None or not lead else tuple(h[:lead] for h in layers), t3 - t2 + h2 - h1,
             )
             notes = self.drafter.observe(ctx, res)
             t6 = self._now()
@@ -134,7 +134,7 @@ class Decoder:
         ids = pending + prop.tree.tokens[1:]
         parts = [self.lm.embed(ids)]
         if prop.k:
-            parts.append(prop.mask_embeds.to(self.lm.dtype).repeat(lay.n_nodes, 1))
+            parts.append(prop.mask_embeds.to(self.lm.dtype).repeat(len(lay.owners), 1))
         if prop.extra is not None:
             parts.append(self.lm.embed(list(prop.extra.ids)))
         return torch.cat(parts) if len(parts) > 1 else parts[0]
@@ -165,7 +165,7 @@ class Decoder:
         for parent, tok, p, cum in tree.pruned:
             nodes.append(NodeTrace(len(nodes), tok, lm.text(tok), parent, depths[parent] + 1, p, cum, PRUNED, None, None))
         labels = ["root"] + [f"node {i}:{lm.text(t)}" for i, t in enumerate(tree.tokens[1:], 1)]
-        labels += [f"mask {v}.{j}" for v in range(lay.n_nodes) for j in range(1, lay.k + 1)]
+        labels += [f"mask {v}.{j}" for v in lay.owners for j in range(1, lay.k + 1)]
         if res.proposal.extra is not None:
             labels += [f"{res.proposal.extra.kind} {i}:{lm.text(t)}" for i, t in enumerate(res.proposal.extra.ids)]
         kinds = lay.kinds()

@@ -1,7 +1,8 @@
 """Block layout: which row of a step's block sees which, and at what position it sits.
 
-A block is [root, tree nodes 1..N, k masks per node (root included), extra rows]. Node i is row i;
-mask j (1-based) of node v is row N+1 + v*k + j-1; a drafter's extra rows (LADE's lookahead window)
+A block is [root, tree nodes 1..N, k masks per masked node, extra rows]. Node i is row i; ESP puts masks
+on every node (root included), a budgeted drafter only on the nodes where they pay ("owners"); mask j
+(1-based) of the o-th owner is row N+1 + o*k + j-1; a drafter's extra rows (LADE's lookahead window)
 come last with visibility of their own. A node sees its ancestors and itself; mask j of node v sees
 v's path and v's masks 1..j. Node at depth d sits at root+d, its mask j at root+d+j. Everything sees
 the committed prefix.
@@ -39,12 +40,15 @@ class Layout:
     visible: torch.Tensor  # (B, B) bool
     offsets: torch.Tensor  # (B,) long
     n_nodes: int  # root + draft nodes
-    k: int  # masks per node
+    k: int  # masks per masked node
     n_extra: int
+    owners: tuple[int, ...] = ()  # the nodes that carry masks, in block order
 
     def mask_rows(self, node: int) -> list[int]:
-        """Rows of node's masks 1..k."""
-        start = self.n_nodes + node * self.k
+        """Rows of node's masks 1..k (none if the node carries no masks)."""
+        if node not in self.owners:
+            return []
+        start = self.n_nodes + self.owners.index(node) * self.k
         return list(range(start, start + self.k))
 
     @property
@@ -52,7 +56,7 @@ class Layout:
         return self.visible.shape[0]
 
     def kinds(self) -> list[str]:
-        return ["root"] + ["node"] * (self.n_nodes - 1) + ["mask"] * (self.n_nodes * self.k) + ["extra"] * self.n_extra
+        return ["root"] + ["node"] * (self.n_nodes - 1) + ["mask"] * (len(self.owners) * self.k) + ["extra"] * self.n_extra
 
 
 def _ancestors(parents: torch.Tensor) -> torch.Tensor:
@@ -70,13 +74,13 @@ def _ancestors(parents: torch.Tensor) -> torch.Tensor:
         cur = nxt
 
 
-def _efficient(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
+def _efficient(parents: tuple[int, ...], k: int, extra: Extra | None, owners: tuple[int, ...]) -> Layout:
     par = torch.tensor(parents)
     n = par.numel()
     anc = _ancestors(par)
     depth = anc.sum(1) - 1
-    owner = torch.arange(n).repeat_interleave(k)
-    j = torch.arange(1, k + 1).repeat(n)
+    owner = torch.tensor(owners, dtype=torch.long).repeat_interleave(k)
+    j = torch.arange(1, k + 1).repeat(len(owners))
     m = owner.numel()
     e = 0 if extra is None else len(extra.ids)
     b = n + m + e
@@ -89,10 +93,10 @@ def _efficient(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
         vis[n + m :, :n] = extra.see_tree
         vis[n + m :, n + m :] = extra.see_self
         offsets = torch.cat([offsets, torch.tensor(extra.offsets, dtype=torch.long)])
-    return Layout(vis, offsets, n, k, e)
+    return Layout(vis, offsets, n, k, e, owners)
 
 
-def _naive(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
+def _naive(parents: tuple[int, ...], k: int, extra: Extra | None, owners: tuple[int, ...]) -> Layout:
     n = len(parents)
 
     def path(v: int) -> set[int]:
@@ -107,29 +111,36 @@ def _naive(parents: tuple[int, ...], k: int, extra: Extra | None) -> Layout:
     for v in range(n):
         rows.append((path(v), -1, 0))
         offsets.append(len(path(v)) - 1)
-    for v in range(n):
+    for v in owners:
         for j in range(1, k + 1):
             rows.append((path(v), v, j))
             offsets.append(len(path(v)) - 1 + j)
+    m = len(owners) * k
     e = 0 if extra is None else len(extra.ids)
-    b = n + n * k + e
+    b = n + m + e
     vis = [[False] * b for _ in range(b)]
     for r, (seen, owner, j) in enumerate(rows):
         for c in range(b):
             if c < n:
                 vis[r][c] = c in seen
-            elif c < n + n * k:
+            elif c < n + m:
                 mo, mj = divmod(c - n, k)
-                vis[r][c] = owner == mo and mj + 1 <= j
+                vis[r][c] = owner == owners[mo] and mj + 1 <= j
     if extra is not None:
         for i in range(e):
-            r = n + n * k + i
+            r = n + m + i
             for c in range(n):
                 vis[r][c] = bool(extra.see_tree[i, c])
             for c in range(e):
-                vis[r][n + n * k + c] = bool(extra.see_self[i, c])
+                vis[r][n + m + c] = bool(extra.see_self[i, c])
             offsets.append(extra.offsets[i])
-    return Layout(torch.tensor(vis, dtype=torch.bool), torch.tensor(offsets, dtype=torch.long), n, k, e)
+    return Layout(torch.tensor(vis, dtype=torch.bool), torch.tensor(offsets, dtype=torch.long), n, k, e, owners)
+
+
+def _owners(parents: list[int], k: int, owners: tuple[int, ...] | None) -> tuple[int, ...]:
+    if not k:
+        return ()
+    return tuple(range(len(parents))) if owners is None else tuple(owners)
 
 
 class EfficientLayouts:
@@ -143,13 +154,16 @@ class EfficientLayouts:
         self._buf: torch.Tensor | None = None
         self._dirty = (0, 0)  # columns written by the previous step
 
-    def layout(self, parents: list[int], k: int, extra: Extra | None = None) -> Layout:
-        key = (tuple(parents), k, None if extra is None else extra.key)
+    def layout(self, parents: list[int], k: int, extra: Extra | None = None,
+               owners: tuple[int, ...] | None = None) -> Layout:
+        """The block for a tree; `owners` are the nodes carrying k masks (default: every node)."""
+        owners = _owners(parents, k, owners)
+        key = (tuple(parents), k, None if extra is None else extra.key, owners)
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) >= self._max:
                 self._cache.pop(next(iter(self._cache)))
-            hit = self._cache[key] = _efficient(tuple(parents), k, extra)
+            hit = self._cache[key] = _efficient(tuple(parents), k, extra, owners)
         return hit
 
     def additive(self, layout: Layout, n_prefix: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -175,8 +189,9 @@ class NaiveLayouts:
 
     name = "naive"
 
-    def layout(self, parents: list[int], k: int, extra: Extra | None = None) -> Layout:
-        return _naive(tuple(parents), k, extra)
+    def layout(self, parents: list[int], k: int, extra: Extra | None = None,
+               owners: tuple[int, ...] | None = None) -> Layout:
+        return _naive(tuple(parents), k, extra, _owners(parents, k, owners))
 
     def additive(self, layout: Layout, n_prefix: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         b = layout.size

@@ -10,6 +10,7 @@ from typing import Callable
 
 from .drafters.base import Drafter
 from .drafters.esp import ESPConfig, ESPDrafter
+from .drafters.hybrid import AUTO, HybridDrafter
 from .drafters.lade import LADEDrafter
 from .drafters.pld import PLDDrafter
 from .drafters.stand import STANDDrafter
@@ -30,15 +31,35 @@ def register(name: str, factory: Callable[..., Drafter], settings: dict[str, typ
     REGISTRY[name] = Method(factory, settings, uses_bc)
 
 
-def _esp(**kw) -> Drafter:
-    return ESPDrafter(ESPConfig(**kw))
+def budget(value: str | int) -> int | str:
+    """A block budget: a number of rows, or 'auto' (chosen every step from the measured cost curve)."""
+    return AUTO if str(value).strip().lower() == AUTO else int(value)
+
+
+def _esp(bc: int | str = 30, **kw) -> Drafter:
+    if bc != AUTO:
+        return ESPDrafter(ESPConfig(bc=bc, **kw))
+    for fixed in ("tree", "shape"):
+        if kw.pop(fixed, None) not in (None, "static"):
+            raise ESPError(f"esp: {fixed} does not apply with bc=auto (the budget shapes the tree).")
+    return HybridDrafter(AUTO, sources=("esp",), name="esp", **kw)
+
+
+def _stand(bc: int | str = 30, **kw) -> Drafter:
+    if bc != AUTO:
+        return STANDDrafter(bc=bc, **kw)
+    return HybridDrafter(AUTO, sources=("table",), name="stand", **kw)
 
 
 register("ar", Drafter, {})
-register("esp", _esp, {"k": int, "bc": int, "lam": float, "tree": str, "init": str, "shape": tuple}, uses_bc=True)
+register("esp", _esp, {"k": int, "bc": budget, "lam": float, "tree": str, "init": str, "shape": tuple}, uses_bc=True)
 register("pld", PLDDrafter, {"n": int, "draft": int, "rule": str})
-register("stand", STANDDrafter, {"bc": int, "top": int, "n": int}, uses_bc=True)
+register("stand", _stand, {"bc": budget, "top": int, "n": int}, uses_bc=True)
 register("lade", LADEDrafter, {"n": int, "w": int, "g": int})
+register("hybrid", HybridDrafter, {"bc": budget, "k": int, "lam": float, "init": str, "top": int, "n": int,
+                                   "match": int, "draft": int}, uses_bc=True)
+
+KINDS = {tuple: "a list of integers", budget: "an integer or 'auto'"}
 
 
 def _convert(method: str, key: str, value: str, kind: type):
@@ -47,7 +68,7 @@ def _convert(method: str, key: str, value: str, kind: type):
             return tuple(int(x) for x in value.replace("-", ",").split(","))
         return kind(value)
     except ValueError:
-        raise ESPError(f"{method}: setting {key}={value!r} must be {'a list of integers' if kind is tuple else kind.__name__}.") from None
+        raise ESPError(f"{method}: setting {key}={value!r} must be {KINDS.get(kind, getattr(kind, '__name__', kind))}.") from None
 
 
 def parse(spec: str, defaults: dict | None = None) -> tuple[str, dict]:

@@ -1,7 +1,9 @@
 """Shared fixtures: the embedded model (loaded once per test session) and tiny random-weight models."""
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,48 @@ from esp.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+# Checked last: a test run must leave the checkout as it found it (tests/test_tree_clean.py).
+TREE_CHECK = "test_tree_clean.py"
+_TREE_AT_START = pytest.StashKey()
+
+
+def tree_state(root: Path = ROOT) -> dict[str, tuple[str, str]] | None:
+    """`git status` of the checkout at root, with content: {path: (XY, sha256)} for every changed or
+    untracked (not ignored) file. None when root is not the top of a git checkout (or git is missing)."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return None
+    if top.returncode or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+        return None
+    out = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"], cwd=root,
+                         capture_output=True, check=True).stdout.decode()
+    state, entries = {}, iter(out.split("\0"))
+    for entry in entries:
+        if not entry:
+            continue
+        xy, path = entry[:2], entry[3:]
+        if xy[0] in "RC":
+            next(entries)  # a rename's or copy's source path follows
+        f = Path(root) / path
+        # The content too, so that a further change to an already modified file counts.
+        state[path] = (xy, hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "")
+    return state
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_TREE_AT_START] = tree_state()
+
+
+def pytest_collection_modifyitems(items):
+    """The tree check runs after every other test, whatever the order of the files."""
+    items.sort(key=lambda item: item.path.name == TREE_CHECK)
+
+
+@pytest.fixture(scope="session")
+def tree_at_start(request):
+    """tree_state() as it was when the test session started (None outside a git checkout)."""
+    return request.config.stash[_TREE_AT_START]
 
 
 @pytest.fixture(scope="session")

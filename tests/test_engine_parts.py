@@ -110,7 +110,8 @@ def test_efficient_and_naive_layouts_are_identical():
             g = torch.Generator().manual_seed(trial)
             extra = Extra(tuple(range(e)), tuple(range(1, e + 1)), torch.rand(e, len(parents), generator=g) > 0.5,
                           torch.rand(e, e, generator=g) > 0.5, key=("t", trial))
-        a, b = eff.layout(parents, k, extra), naive.layout(parents, k, extra)
+        owners = None if trial % 2 else tuple(sorted(rng.sample(range(len(parents)), rng.randint(0, len(parents)))))
+        a, b = eff.layout(parents, k, extra, owners), naive.layout(parents, k, extra, owners)
         assert torch.equal(a.visible, b.visible) and torch.equal(a.offsets, b.offsets)
         past = rng.randint(0, 40)
         ma, mb = eff.additive(a, past, torch.float32, torch.device("cpu")), naive.additive(b, past, torch.float32, torch.device("cpu"))

@@ -16,9 +16,10 @@ class Proposal:
     """What a drafter wants fed this step: a tree off the root, ESP masks, extra rows."""
 
     tree: DraftTree
-    k: int = 0  # mask tokens attached to every node
+    k: int = 0  # mask tokens attached to every masked node
     mask_embeds: torch.Tensor | None = None  # (k, H): input embedding of mask j, shared by all nodes
     extra: Extra | None = None
+    masked: tuple[int, ...] | None = None  # nodes that carry the k masks (None: every node, as in ESP)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class StepResult:
     root_pos: int
     emitted: list[int]
     prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
+    forward_s: float = 0.0  # seconds of the block's forward and the LM head on its node rows
 
 
 @dataclass

@@ -73,6 +73,48 @@ class ESPConfig:
         return sum(self.static_shape)
 
 
+class MaskEmbedding:
+    """ESP's soft mask tokens m (k, H): initialised from the prompt, moved towards every emitted token."""
+
+    def __init__(self, k: int, lam: float, init: str = "mean"):
+        self.k, self.lam, self.init = k, lam, init
+        self.m: torch.Tensor | None = None
+        self.m0: torch.Tensor | None = None
+
+    def start(self, ctx: Context) -> None:
+        """Initialise from the prompt, then catch up on output already committed (a resumed run)."""
+        e = ctx.lm.embed(ctx.tokens[: ctx.n_prompt])
+        acc = torch.float64 if e.dtype == torch.float64 else torch.float32
+        e = e.to(acc)
+        k = self.k
+        if self.init == "mean":
+            m = e.mean(0).expand(k, -1)
+        elif self.init == "lastk":
+            m = e[-k:] if len(e) >= k else torch.cat([e[:1].expand(k - len(e), -1), e])
+        else:
+            mu, sigma = _table_stats(ctx.lm)
+            g = torch.Generator().manual_seed(ctx.sampling.seed)
+            m = mu + sigma * torch.randn(k, mu.numel(), generator=g, dtype=torch.float64).to(mu)
+        self.m = m.to(acc).clone()
+        self.m0 = self.m.clone()
+        self.update(ctx.lm, ctx.tokens[ctx.n_prompt :])
+
+    def update(self, lm, tokens: list[int]) -> None:
+        """m <- m + lambda (e(x) - m) for each emitted token x, in order."""
+        if not tokens:
+            return
+        for x in lm.embed(tokens).to(self.m.dtype):
+            self.m += self.lam * (x - self.m)
+
+    def embeds(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.m.to(dtype)
+
+    def state(self) -> dict[str, float]:
+        """What the trace shows of m: its norm and how far it has turned from its start."""
+        return {"norm": float(self.m.norm(dim=-1).mean()),
+                "cos_init": float(torch.cosine_similarity(self.m, self.m0, dim=-1).mean())}
+
+
 class ESPDrafter(Drafter):
     """Mask tokens m (initialised from the prompt, EMA-updated) drafts the next tree from the masks of
     the last accepted node."""
@@ -82,8 +124,7 @@ class ESPDrafter(Drafter):
 
     def __init__(self, config: ESPConfig = ESPConfig()):
         self.cfg = config
-        self.m: torch.Tensor | None = None
-        self.m0: torch.Tensor | None = None
+        self.mask = MaskEmbedding(config.k, config.lam, config.init)
         self.dists: torch.Tensor | None = None
         self.align: AlignmentTracker | None = None
 
@@ -93,21 +134,7 @@ class ESPDrafter(Drafter):
         return f"esp k={c.k} bc={c.bc} {tree} lam={c.lam} init={c.init}"
 
     def start(self, ctx: Context) -> None:
-        e = ctx.lm.embed(ctx.tokens[: ctx.n_prompt])
-        acc = torch.float64 if e.dtype == torch.float64 else torch.float32
-        e = e.to(acc)
-        k = self.cfg.k
-        if self.cfg.init == "mean":
-            m = e.mean(0).expand(k, -1)
-        elif self.cfg.init == "lastk":
-            m = e[-k:] if len(e) >= k else torch.cat([e[:1].expand(k - len(e), -1), e])
-        else:
-            mu, sigma = _table_stats(ctx.lm)
-            g = torch.Generator().manual_seed(ctx.sampling.seed)
-            m = mu + sigma * torch.randn(k, mu.numel(), generator=g, dtype=torch.float64).to(mu)
-        self.m = m.to(acc).clone()
-        self.m0 = self.m.clone()
-        self._ema(ctx.lm, ctx.tokens[ctx.n_prompt :])  # a resumed run: output already committed
+        self.mask.start(ctx)
         self.dists = None
         self.align = None
 
@@ -119,7 +146,7 @@ class ESPDrafter(Drafter):
             tree = static_tree(root, self.dists, self.cfg.static_shape)
         else:
             tree = dynamic_tree(root, self.dists, self.cfg.n_nodes)
-        return Proposal(tree, k=self.cfg.k, mask_embeds=self.m.to(ctx.lm.dtype))
+        return Proposal(tree, k=self.cfg.k, mask_embeds=self.mask.embeds(ctx.lm.dtype))
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         last = res.path[-1]
@@ -128,20 +155,9 @@ class ESPDrafter(Drafter):
         notes = Notes()
         if ctx.align and res.layers is not None:
             notes.alignment = self._align(ctx, res, rows)
-        self._ema(ctx.lm, res.emitted)
-        notes.ema = {
-            "norm": float(self.m.norm(dim=-1).mean()),
-            "cos_init": float(torch.cosine_similarity(self.m, self.m0, dim=-1).mean()),
-        }
+        self.mask.update(ctx.lm, res.emitted)
+        notes.ema = self.mask.state()
         return notes
-
-    def _ema(self, lm, tokens: list[int]) -> None:
-        """m <- m + lambda (e(x) - m) for each emitted token x, in order."""
-        if not tokens:
-            return
-        lam = self.cfg.lam
-        for x in lm.embed(tokens).to(self.m.dtype):
-            self.m += lam * (x - self.m)
 
     def _align(self, ctx: Context, res: StepResult, mask_rows: list[int]) -> list:
         states = torch.stack(res.layers)  # (L+1, B, H)

@@ -98,8 +98,7 @@ class LADEDrafter(Drafter):
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         lay = res.layout
-        end = lay.n_nodes * (1 + lay.k) + lay.n_extra
-        top = res.hidden[end - len(self.levels[-1]) : end]
+        top = res.hidden[lay.size - len(self.levels[-1]) :]
         new = ctx.lm.head(top).argmax(-1).tolist()
         if len(self.levels) == 1:  # after the prefill: level-0 outputs already sit one column on
             self.levels = [self.levels[0][1:], new]

@@ -34,6 +34,26 @@ def lookup(tokens: torch.Tensor, max_ngram: int, draft: int, rule: str = "pld") 
     return []
 
 
+def continuations(tokens: torch.Tensor, max_ngram: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
+    """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
+
+    Longest matches first, the most recent occurrence first among equals; each earlier position is
+    reported once, with the longest suffix it matches.
+    """
+    length = tokens.numel()
+    out: list[tuple[int, list[int]]] = []
+    used: set[int] = set()
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        hits = (tokens.unfold(0, n, 1) == tokens[-n:]).all(1).nonzero().flatten() + n
+        for s in reversed(hits[hits < length].tolist()):
+            if s not in used:
+                used.add(s)
+                out.append((n, tokens[s : s + draft].tolist()))
+                if len(out) == limit:
+                    return out
+    return out
+
+
 class PLDDrafter(Drafter):
     """Drafts a chain copied from the prompt or the output so far."""
 

@@ -61,11 +61,16 @@ class NGramTable:
 
     def lookup(self, context: Sequence[int]) -> tuple[list[int], list[float]]:
         """The distribution stored for the longest suffix of `context` in the table (empty if none)."""
+        _, toks, probs = self.match(context)
+        return toks, probs
+
+    def match(self, context: Sequence[int]) -> tuple[int, list[int], list[float]]:
+        """(suffix length, tokens, probs) for the longest suffix of `context` in the table ((0, [], []) if none)."""
         for n in range(min(self.max_n, len(context)), 0, -1):
             entry = self.entries.get(tuple(context[-n:]))
             if entry is not None:
-                return entry[0], entry[1]
-        return [], []
+                return n, entry[0], entry[1]
+        return 0, [], []
 
     def seed(self, tokens: Sequence[int]) -> None:
         """Each n-gram of `tokens` adds a one-hot distribution on the token that followed it."""

@@ -1,0 +1,256 @@
+"""The hybrid drafter: ESP's mask drafts, copies of earlier text and a table of the model's own past
+distributions, merged into one calibrated tree whose width is chosen every step from measured cost.
+
+- Sources. ESP: the paper's mask tokens unchanged (mean init, EMA with lambda, k masks), but fed only on
+  the nodes where the accepted path may end and where they pay; their logits give the next step's
+  candidates at depths 1..k. Lookup: continuations of earlier occurrences of the text's suffix (longest
+  and most recent matches, over prompt and output). Table: the target's top distributions after every
+  1..4-token context, harvested from every fed node of every verify forward (the committed path and the
+  rejected branches alike: each row is the model's true distribution after that text).
+- Merge. Candidates form one trie keyed by token path: a token proposed by several sources is one node,
+  marked with all of them.
+- Calibration. A candidate's conditional P(accept) comes from `Calibrator`, keyed by its sources, depth,
+  each source's score band and its rank; a node's P is the product along its path. Labels are free:
+  after the forward, the target's choice after every fed node is known, so every candidate child of
+  every fed node (fed or not) is labelled.
+- Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
+  many to feed and where to put masks, maximising expected tokens per second under the measured curve
+  (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows).
+Every choice is deterministic given the text and the measured times; nothing is sampled but the
+target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from ..budget import choose
+from ..calibrate import Calibrator, bucket
+from ..cost import CostCurve, curve_for
+from ..errors import ESPError
+from ..sampling import draw
+from ..sampling import probs as target_probs
+from ..trace import ESP, LOOKUP, SOURCES, TABLE
+from ..tree import DraftTree
+from .base import Context, Drafter, Notes, Proposal, StepResult
+from .esp import INITS, MaskEmbedding
+from .pld import continuations
+from .stand import NGramTable
+
+AUTO = "auto"
+AUTO_CAP = 64  # widest block bc=auto considers (a CPU never gets there; a GPU rarely needs more)
+GROW_FLOOR = 0.01  # under bc=auto, candidates less likely than this are not worth a row anywhere
+ESP_FIRST = 32  # ESP candidates ranked at depth 1 (the mask distribution covers the whole vocabulary)
+PROBE_EVERY = 8  # steps without ESP drafts after which masks are fed anyway, to keep measuring their value,
+PROBE_LOSS = 0.1  # if that step's expected tokens per second drop by at most this share
+
+
+@dataclass
+class Candidate:
+    """A proposed child: its token, what each source said about it, and its calibrated P(accept | parent)."""
+
+    token: int
+    sources: tuple[str, ...]
+    keys: tuple
+    cond: float
+
+
+class HybridDrafter(Drafter):
+    """One calibrated, cost-budgeted tree from any subset of ESP masks, lookup and the logit table."""
+
+    def __init__(self, bc: int | str = AUTO, k: int = 1, lam: float = 0.1, init: str = "mean",
+                 sources: tuple[str, ...] = (ESP, LOOKUP, TABLE), top: int = 10, n: int = 4,
+                 match: int = 8, draft: int = 32, name: str = "hybrid", curve: CostCurve | None = None):
+        if not (bc == AUTO or (isinstance(bc, int) and bc >= 1)):
+            raise ESPError(f"{name}: BC must be 'auto' or a positive integer, not {bc!r}.")
+        if not set(sources) <= {ESP, LOOKUP, TABLE} or not sources:
+            raise ESPError(f"{name}: sources must be some of esp, lookup, table, not {sources!r}.")
+        if ESP in sources and not (isinstance(k, int) and 1 <= k <= 4):
+            raise ESPError(f"{name}: k (mask tokens) must be an integer from 1 to 4, not {k}.")
+        if not 0 <= lam <= 1:
+            raise ESPError(f"{name}: lambda (EMA rate) must be in [0, 1], not {lam}.")
+        if init not in INITS:
+            raise ESPError(f"{name}: mask init must be one of {', '.join(INITS)}, not {init!r}.")
+        for what, v in (("top", top), ("n", n), ("match", match), ("draft", draft)):
+            if not (isinstance(v, int) and v >= 1):
+                raise ESPError(f"{name}: {what} must be a positive integer, not {v!r}.")
+        self.name, self.bc, self.sources = name, bc, tuple(s for s in SOURCES if s in sources)
+        self.k = k if ESP in sources else 0
+        self.top, self.n, self.match, self.draft = top, n, match, draft
+        self.cap = AUTO_CAP if bc == AUTO else bc
+        self.curve: CostCurve | None = curve
+        self.mask = MaskEmbedding(k, lam, init) if self.k else None
+        # Learned across prompts, like any online statistic of this model on this machine.
+        self.calibrator = Calibrator()
+        self.mask_value = [1.0, 4.0]  # ESP-only accepted tokens per step with ESP drafts: [sum, steps]
+        self.table = NGramTable(n, top)
+
+    @property
+    def source(self) -> str | None:
+        return self.sources[0] if len(self.sources) == 1 else None
+
+    def describe(self) -> str:
+        lam = f" lam={self.mask.lam}" if self.mask else ""
+        return f"{self.name} bc={self.bc} sources={'+'.join(self.sources)}" + (f" k={self.k}{lam}" if self.k else "")
+
+    # ------------------------------------------------------------------ per prompt
+
+    def start(self, ctx: Context) -> None:
+        if self.curve is None:
+            self.curve = curve_for(ctx.lm)
+        self.table = NGramTable(self.n, self.top)
+        if TABLE in self.sources:
+            self.table.seed(ctx.tokens)
+        if self.mask:
+            self.mask.start(ctx)
+        self.esp_top: list[tuple[list[int], list[float]]] | None = None  # per depth: ranked ESP candidates
+        self.cands: dict[int, list[Candidate]] = {}
+        self.choice = None
+        self.since_esp = 0  # steps since ESP drafts were last available
+
+    # ------------------------------------------------------------------ drafting
+
+    def propose(self, ctx: Context) -> Proposal:
+        tree, self.cands = self._grow(ctx)
+        p = torch.tensor(tree.cum_probs[1:], dtype=torch.float64)
+        cost = None if self.bc != AUTO else self.curve.table(self.cap)
+        c = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost)
+        if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
+            # Feed masks anyway now and then, so their value keeps being measured, if that costs little
+            # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
+            probe = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost, force_mask=True)
+            if ctx.step == 0 or cost is None or probe.expected / probe.seconds >= (1 - PROBE_LOSS) * c.expected / c.seconds:
+                c = probe
+        self.choice = c
+        fed = DraftTree(tree.tokens[: c.n + 1], tree.parents[: c.n + 1], tree.probs[: c.n + 1],
+                        tree.cum_probs[: c.n + 1], sources=tree.sources[: c.n + 1], p=tree.p[: c.n + 1])
+        embeds = self.mask.embeds(ctx.lm.dtype) if self.mask else None
+        return Proposal(fed, k=self.k, mask_embeds=embeds, masked=c.masked)
+
+    def _grow(self, ctx: Context) -> tuple[DraftTree, dict[int, list[Candidate]]]:
+        """Best-first by P over the merged candidates, up to the cap (bc=auto: while P can still pay)."""
+        root = ctx.tokens[-1]
+        tree = DraftTree([root], [-1], [1.0], [1.0], sources=[()], p=[1.0])
+        paths: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        if LOOKUP in self.sources:
+            for n, cont in continuations(torch.tensor(ctx.tokens), self.match, self.draft, 4):
+                for d, tok in enumerate(cont):
+                    paths.setdefault(tuple(cont[:d]), []).append((tok, n))
+        cands: dict[int, list[Candidate]] = {}
+        path_of = {0: ()}
+        frontier: list[tuple[float, int, int]] = []
+
+        def open_node(v: int) -> None:
+            cands[v] = cs = self._children(ctx.tokens, path_of[v], tree.tokens[v], paths)
+            if cs:
+                heapq.heappush(frontier, (-tree.cum_probs[v] * cs[0].cond, v, 0))
+
+        open_node(0)
+        floor = GROW_FLOOR if self.bc == AUTO else 0.0
+        while frontier and len(tree) < self.cap:
+            neg, v, rank = heapq.heappop(frontier)
+            if -neg < floor:
+                break
+            cs = cands[v]
+            if rank + 1 < len(cs):
+                heapq.heappush(frontier, (-tree.cum_probs[v] * cs[rank + 1].cond, v, rank + 1))
+            c = cs[rank]
+            node = tree.add(v, c.token, c.cond)
+            tree.sources.append(c.sources)
+            tree.p.append(tree.cum_probs[node])
+            path_of[node] = path_of[v] + (c.token,)
+            open_node(node)
+        return tree, cands
+
+    def _children(self, text: list[int], path: tuple[int, ...], parent: int,
+                  paths: dict[tuple[int, ...], list[tuple[int, int]]]) -> list[Candidate]:
+        """Every source's proposals after text + path, merged per token and calibrated, best first."""
+        depth = len(path) + 1
+        said: dict[int, dict[str, tuple]] = {}
+        if TABLE in self.sources:
+            order, toks, probs = self.table.match((text + list(path))[-self.n :] if path else text[-self.n :])
+            for r, (t, q) in enumerate(zip(toks, probs)):
+                said.setdefault(t, {})[TABLE] = ((order, bucket(q)), r)
+        if self.esp_top is not None and depth <= len(self.esp_top):
+            toks, probs = self.esp_top[depth - 1]
+            for r, (t, q) in enumerate(zip(toks, probs)):
+                if t != parent or t in said:  # ESP's rule: a mask rarely means "repeat the parent"
+                    said.setdefault(t, {})[ESP] = (bucket(q), r)
+        for t, n in paths.get(path, ()):
+            prev = said.setdefault(t, {}).get(LOOKUP)
+            if prev is None or n > prev[0]:
+                said[t][LOOKUP] = (n, 0)
+        out = []
+        d = min(depth, 6)
+        for t, by in said.items():
+            srcs = tuple(s for s in SOURCES if s in by)
+            score = tuple(by[s][0] for s in srcs)
+            rank = min(min(by[s][1] for s in srcs), 3)
+            keys = ((srcs,), (srcs, d), (srcs, d, score), (srcs, d, score, rank))
+            out.append(Candidate(t, srcs, keys, self.calibrator.p(keys)))
+        out.sort(key=lambda c: -c.cond)
+        return out
+
+    def _mask_value(self) -> float:
+        total, steps = self.mask_value
+        return total / steps if self.k else 0.0
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(self, ctx: Context, res: StepResult) -> Notes:
+        tree, s, lm = res.proposal.tree, ctx.sampling, ctx.lm
+        depths = tree.depths
+        logits = res.node_logits
+        targets = (logits.argmax(-1).tolist() if s.greedy else
+                   [draw(logits[v], res.root_pos + depths[v] + 1, s) for v in range(len(tree))])
+        for v, want in enumerate(targets):  # free labels: every candidate child of every fed node
+            for c in self.cands.get(v, ()):
+                self.calibrator.update(c.keys, c.token == want)
+        if TABLE in self.sources:
+            self._harvest(ctx, res, logits)
+        if self.esp_top is not None:
+            self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:])
+            self.mask_value[1] += 1
+        seconds = res.forward_s
+        notes = Notes()
+        self.esp_top = None
+        if self.mask:
+            rows = res.layout.mask_rows(res.path[-1])
+            self.since_esp = 0 if rows else self.since_esp + 1
+            if rows:
+                h0 = lm.head_seconds
+                dists = torch.softmax(lm.head(res.hidden[rows]), dim=-1)
+                seconds += lm.head_seconds - h0
+                # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
+                p, t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
+                keep = [ESP_FIRST] + [self.top] * (len(rows) - 1)
+                self.esp_top = [(tt[:n], pp[:n]) for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
+            self.mask.update(lm, res.emitted)
+            notes.ema = self.mask.state()
+        c = self.choice
+        notes.cost = {"budget": self.bc, "rows": res.layout.size, "cap": self.cap,
+                      "expected_tokens": round(c.expected, 4), "predicted_s": self.curve.predict(res.layout.size),
+                      "measured_s": seconds, "curve": self.curve.to_dict()}
+        if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve
+            self.curve.observe(res.layout.size, seconds)
+        return notes
+
+    def _harvest(self, ctx: Context, res: StepResult, logits: torch.Tensor) -> None:
+        """Add the target's top distributions after every fed node to the table."""
+        s = ctx.sampling
+        top = min(self.top, logits.shape[-1])
+        if s.greedy:  # the top of a softmax without normalising the whole vocabulary row by row
+            v, t = torch.topk(logits, top, dim=-1)
+            p = (v - torch.logsumexp(logits, -1, keepdim=True)).exp()
+        else:
+            p, t = torch.topk(target_probs(logits.double(), s), top, dim=-1)
+        tree = res.proposal.tree
+        base = ctx.tokens[: len(ctx.tokens) - len(res.emitted)]  # text up to and including the root
+        paths: list[list[int]] = [[]]
+        for v in range(1, len(tree)):
+            paths.append(paths[tree.parents[v]] + [tree.tokens[v]])
+        for v, (toks, probs) in enumerate(zip(t.tolist(), p.tolist())):
+            context = (base + paths[v])[-self.n :]
+            self.table.add(context, toks, probs)
