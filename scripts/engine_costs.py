@@ -4,7 +4,7 @@ share, and the efficient vs naive mask builders.
     python scripts/engine_costs.py [--model embedded] [--context 300] [--repeats 15] [--questions FILE]
 
 Works on CPU or CUDA (pass --model and --dtype for a random-weight model of a given config folder with
---random-config); medians throughout. The measurements live in esp/costs.py; scripts/gpu_costs.py runs
+--random-config); medians throughout. The measurements live in esp/overhead.py; scripts/gpu_costs.py runs
 them on random-weight 8B-shaped models.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.costs import measure, measure_builders, random_lm, random_prompts  # noqa: E402
+from esp.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
         lm = load(a.model, dtype=a.dtype)
         qs = [json.loads(x) for x in Path(a.questions).read_text().splitlines()]
         prompts = [lm.chat_ids(q["turns"][0]) for q in qs[:: max(1, len(qs) // a.prompts)][: a.prompts]]
-    r = measure(lm, prompts, a.context, [1, 2, 4, 10, 30, 60, 120], a.repeats, a.tokens)
+    r = measure_model(lm, prompts, a.context, [1, 2, 4, 10, 30, 60, 120], a.repeats, a.tokens)
     b = measure_builders(a.repeats * 4)
     if a.json:
         Path(a.json).write_text(json.dumps({**r, "builders_us": b}, indent=1))

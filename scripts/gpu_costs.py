@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.costs import measure, measure_builders, random_lm, random_prompts  # noqa: E402
+from esp.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
 
 SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
 
@@ -79,7 +79,7 @@ def main() -> None:
         lm = random_lm(cfg, device, dtype, f"random {name}")
         built = time.perf_counter() - t
         print(f"{name}: {sum(p.numel() for p in lm.model.parameters()) / 1e9:.2f}B parameters built in {built:.1f} s")
-        r = measure(lm, random_prompts(lm, n_prompts, 200 if not a.tiny else 16), context, SIZES, repeats, tokens)
+        r = measure_model(lm, random_prompts(lm, n_prompts, 200 if not a.tiny else 16), context, SIZES, repeats, tokens)
         curve = r["curve_s"]
         out["models"][name] = {
             "config": shape(cfg), "params": sum(p.numel() for p in lm.model.parameters()), "build_s": built,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from esp.costs import IdTokenizer
+from esp.overhead import IdTokenizer
 from esp.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]

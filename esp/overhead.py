@@ -1,6 +1,7 @@
-"""Engine cost measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
-scripts/gpu_costs.py (random-weight 8B-shaped models): the forward cost curve t(q), the engine's share
-of each step, and the efficient vs naive mask builders. Medians throughout."""
+"""Engine overhead measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
+scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP step at BC = 60 and
+the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/cost.py; plus the
+random-weight stand-ins those need. Medians throughout."""
 from __future__ import annotations
 
 import statistics
@@ -8,6 +9,7 @@ import time
 
 import torch
 
+from . import cost
 from .drafters.esp import ESPConfig, ESPDrafter
 from .engine import Decoder
 from .layout import EfficientLayouts, NaiveLayouts
@@ -46,43 +48,6 @@ def random_lm(config, device: str | torch.device, dtype: torch.dtype, name: str)
 def random_prompts(lm: LM, n: int, length: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, lm.vocab_size, (length,), generator=g).tolist() for _ in range(n)]
-
-
-def _sync(lm: LM) -> None:
-    if lm.device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def cost_curve(lm: LM, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
-    """Median seconds of one forward (with the LM head on every row) of q new tokens over a `context`-token cache."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, lm.vocab_size, (context + max(sizes),), generator=g).tolist()
-    out = {}
-    for q in sizes:
-        times = []
-        for r in range(repeats + 2):
-            cache = lm.new_cache()
-            n = context
-            lm.forward(lm.embed(ids[:n]), torch.arange(n, device=lm.device), _causal(n, 0, lm), cache)
-            emb = lm.embed(ids[n : n + q])
-            pos = torch.arange(n, n + q, device=lm.device)
-            mask = _causal(q, n, lm)
-            _sync(lm)
-            t = time.perf_counter()
-            h, _ = lm.forward(emb, pos, mask, cache)
-            lm.head(h)
-            _sync(lm)
-            if r >= 2:  # two warm-ups
-                times.append(time.perf_counter() - t)
-        out[q] = statistics.median(times)
-    return out
-
-
-def _causal(q: int, past: int, lm: LM) -> torch.Tensor:
-    m = torch.full((q, past + q), torch.finfo(lm.dtype).min, dtype=lm.dtype, device=lm.device)
-    m[:, :past] = 0
-    m[:, past:] = m[:, past:].triu(1)
-    return m[None, None]
 
 
 def overhead(lm: LM, prompts: list[list[int]], configs: dict[str, ESPConfig], tokens: int) -> dict:
@@ -131,10 +96,10 @@ def builders(repeats: int, past: int = 300, device: torch.device = torch.device(
     return out
 
 
-def measure(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int) -> dict:
+def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int) -> dict:
     """The model's cost curve and ESP's per-step overhead at BC = 60, printed as they come."""
     print(f"model {lm.name} on {lm.device} ({lm.dtype}), torch threads {torch.get_num_threads()}", flush=True)
-    curve = cost_curve(lm, context, sizes, repeats)
+    curve = cost.measure(lm, tuple(sizes), context, repeats)
     print(f"forward cost curve (median over {repeats} runs, cache {context} tokens):")
     for q, t in curve.items():
         print(f"  q={q:4d}  {t * 1e3:8.2f} ms  {t / curve[sizes[0]]:.2f}x")
