@@ -26,8 +26,11 @@ class Shard:
         return list(range(self.rank, n, self.world))
 
     def device(self) -> str | None:
-        """cuda:local_rank when sharded over visible GPUs; None (the default device) otherwise."""
-        return f"cuda:{self.local_rank}" if self.world > 1 and torch.cuda.is_available() else None
+        """cuda:local_rank when sharded over visible GPUs (shared round robin when the node has fewer GPUs
+        than processes); None (the default device) otherwise."""
+        if self.world > 1 and torch.cuda.is_available():
+            return f"cuda:{self.local_rank % torch.cuda.device_count()}"
+        return None
 
     def gpus(self) -> tuple[int, ...]:
         """This rank's share of the visible GPUs, for a model spread over several (device_map="auto")."""
@@ -65,6 +68,6 @@ def start() -> Shard:
 
     shard = Shard(int(env["RANK"]), world, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world)))
     if torch.cuda.is_available():
-        torch.cuda.set_device(shard.local_rank)
+        torch.cuda.set_device(shard.device())
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return shard
