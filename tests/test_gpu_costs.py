@@ -1,0 +1,47 @@
+"""scripts/gpu_costs.py finishes on CPU with tiny shapes and writes the fields docs/BENCHMARKS.md names."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+SIZES = ["1", "2", "4", "8", "16", "32", "48", "64", "96", "128"]
+CONFIGS = {"k=1 bc=60 static", "k=2 bc=60 static", "k=2 bc=60 dynamic"}
+TREES = {"k=1 static [29]", "k=2 static [15,4]", "k=2 dynamic N=19"}
+
+
+def test_gpu_costs_tiny_writes_the_documented_json(tmp_path):
+    out = tmp_path / "gpu.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_costs.py", "--tiny", "--json", str(out)], cwd=ROOT,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert set(res) >= {"device", "torch", "transformers", "dtype", "tiny", "context", "repeats", "prompts",
+                        "tokens", "models", "builders_us", "seconds"}
+    assert res["tiny"] is True and set(res["models"]) == {"llama-3.1-8b", "qwen3-8b"}
+    for name, m in res["models"].items():
+        assert set(m) >= {"config", "params", "build_s", "curve_ms", "curve_ratio", "overhead", "peak_gib"}
+        assert list(m["curve_ms"]) == SIZES and all(v > 0 for v in m["curve_ms"].values())
+        assert m["curve_ratio"]["1"] == 1.0
+        assert set(m["overhead"]) == CONFIGS
+        for o in m["overhead"].values():
+            assert set(o) >= {"mean_ms", "median_ms", "engine_share", "steps"} and 0 < o["engine_share"] < 1
+            assert set(o["mean_ms"]) >= {"draft", "mask", "forward", "verify", "commit", "trace", "total"}
+    assert {m["config"]["model_type"] for m in res["models"].values()} == {"llama", "qwen3"}
+    assert set(res["builders_us"]) == TREES
+    for b in res["builders_us"].values():
+        assert b["naive"] > 0 and b["efficient"] > 0 and b["ratio"] == b["naive"] / b["efficient"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_gpu_costs_refuses_a_cpu_without_tiny(tmp_path):
+    r = subprocess.run([sys.executable, "scripts/gpu_costs.py", "--json", str(tmp_path / "x.json")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode != 0 and len(lines) == 1 and "no CUDA device" in lines[0]
