@@ -12,6 +12,7 @@ from typing import Mapping
 
 from esp.errors import ESPError
 from esp.models import EMBEDDED, in_local_cache
+from esp.offline import offline_models
 
 # Small Hub models offered on a Space (which has network access) besides the embedded one.
 SPACE_MODELS = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen3-0.6B")
@@ -41,12 +42,13 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
-        """The limits set by the environment; defaults: the embedded model plus SPACE_MODELS on a Space
-        (SPACE_ID set) or, offline, those of them already in the local cache."""
+        """The limits set by the environment; defaults: the embedded model, the other offline models that
+        are installed (`make qwen`), plus SPACE_MODELS on a Space (SPACE_ID set) or, offline, those of them
+        already in the local cache."""
         listed = [m.strip() for m in env.get("ESP_APP_MODELS", "").split(",") if m.strip()]
         if not listed:
             on_space = bool(env.get("SPACE_ID"))
-            listed = [EMBEDDED] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
+            listed = [EMBEDDED, *offline_models()] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
         return cls(tuple(dict.fromkeys(listed)), _int(env, "ESP_APP_MAX_PROMPT_TOKENS", cls.max_prompt_tokens),
                    _int(env, "ESP_APP_MAX_NEW_TOKENS", cls.max_new_tokens), _int(env, "ESP_APP_THREADS", cls.threads))
 

@@ -1,5 +1,5 @@
 """Engine overhead measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
-scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP step at BC = 60 and
+scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP and hybrid step at BC = 60 and
 the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/cost.py; plus the
 random-weight stand-ins those need. Medians throughout."""
 from __future__ import annotations
@@ -10,15 +10,15 @@ import time
 import torch
 
 from . import cost
-from .drafters.esp import ESPConfig, ESPDrafter
 from .engine import Decoder
 from .layout import EfficientLayouts, NaiveLayouts
 from .lm import LM
+from .methods import build
 from .tree import dynamic_tree, static_tree
 
-# ESP at the paper's BC = 60: the configurations whose per-step overhead is measured
-BC60 = {"k=1 bc=60 static": ESPConfig(k=1, bc=60), "k=2 bc=60 static": ESPConfig(k=2, bc=60),
-        "k=2 bc=60 dynamic": ESPConfig(k=2, bc=60, tree="dynamic")}
+# The paper's BC = 60: the methods whose per-step overhead is measured (label -> method spec)
+BC60 = {"k=1 bc=60 static": "esp:k=1:bc=60", "k=2 bc=60 static": "esp:k=2:bc=60",
+        "k=2 bc=60 dynamic": "esp:k=2:bc=60:tree=dynamic", "hybrid bc=60": "hybrid:bc=60"}
 
 
 class IdTokenizer:
@@ -50,13 +50,14 @@ def random_prompts(lm: LM, n: int, length: int, seed: int = 0) -> list[list[int]
     return [torch.randint(0, lm.vocab_size, (length,), generator=g).tolist() for _ in range(n)]
 
 
-def overhead(lm: LM, prompts: list[list[int]], configs: dict[str, ESPConfig], tokens: int) -> dict:
-    """Share of step time spent outside the model (draft, mask, verify, commit, trace) per config."""
+def overhead(lm: LM, prompts: list[list[int]], specs: dict[str, str], tokens: int) -> dict:
+    """Share of step time spent outside the model (draft, mask, verify, commit, trace) per method spec."""
     out = {}
-    for name, cfg in configs.items():
+    for name, spec in specs.items():
         sums: dict[str, list[float]] = {}
+        drafter = build(spec)
         for ids in prompts:
-            for st in Decoder(lm, ESPDrafter(cfg), max_new_tokens=tokens).generate(ids).steps[1:]:
+            for st in Decoder(lm, drafter, max_new_tokens=tokens).generate(ids).steps[1:]:
                 for k, v in st.timings.items():
                     sums.setdefault(k, []).append(v)
         med = {k: statistics.median(v) for k, v in sums.items()}
@@ -97,7 +98,7 @@ def builders(repeats: int, past: int = 300, device: torch.device = torch.device(
 
 
 def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int) -> dict:
-    """The model's cost curve and ESP's per-step overhead at BC = 60, printed as they come."""
+    """The model's cost curve and the per-step overhead of ESP and the hybrid at BC = 60, printed as they come."""
     print(f"model {lm.name} on {lm.device} ({lm.dtype}), torch threads {torch.get_num_threads()}", flush=True)
     curve = cost.measure(lm, tuple(sizes), context, repeats)
     print(f"forward cost curve (median over {repeats} runs, cache {context} tokens):")

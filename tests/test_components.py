@@ -412,3 +412,12 @@ def test_server_limits_from_the_environment():
         Limits.from_env({"ESP_APP_THREADS": "many"})
     space = Limits.from_env({"SPACE_ID": "me/esp"})
     assert space.models[0] == "embedded" and len(space.models) > 1  # small Hub models on a Space
+
+
+def test_installed_offline_models_are_offered_and_others_not(monkeypatch):
+    import components.limits as limits
+
+    monkeypatch.setattr(limits, "offline_models", lambda: ["embedded", "qwen2.5-coder-0.5b"])
+    assert limits.Limits.from_env({}).models[:2] == ("embedded", "qwen2.5-coder-0.5b")
+    monkeypatch.setattr(limits, "offline_models", lambda: ["embedded"])
+    assert "qwen2.5-coder-0.5b" not in limits.Limits.from_env({}).models
