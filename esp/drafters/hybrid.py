@@ -214,12 +214,13 @@ class HybridDrafter(Drafter):
         for v, want in zip(fed, _targets(logits, fed, res.root_pos, depths, s)):
             for c in self.cands.get(v, ()):
                 self.calibrator.update(c.keys, c.token == want)
+        # The fed tree may be a cut of the proposal (esp.whatif feeds the root alone at a resumed prefill).
         self.reliability[0] += len(res.path) - 1
-        self.reliability[1] += sum(tree.p[1:])
+        self.reliability[1] += sum((tree.p or [1.0])[1:])
         if TABLE in self.sources:
             self._harvest(ctx, res, logits)
         if self.esp_top is not None:
-            self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:])
+            self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:]) if tree.sources else 0
             self.mask_value[1] += 1
         seconds = res.forward_s
         notes = Notes()
