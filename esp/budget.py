@@ -35,12 +35,14 @@ def choose(
     cost: torch.Tensor | None = None,
     max_masked: int = 16,
     force_mask: bool = False,
+    margin: float = 0.0,
 ) -> Choice:
     """Best (nodes, masks) for candidates with path probabilities `p` (non-increasing, parents first).
 
     `parents[i]` is candidate i's parent as a tree index (0 = root, j = candidate j-1). `cost[r]` is the
     forward time of r rows (r = 1..cap); None means a flat cost, i.e. fill up to `cap` rows.
-    `force_mask` feeds masks on at least one node (so that their value can be measured at all).
+    `force_mask` feeds masks on at least one node (so that their value can be measured at all); under a
+    measured cost, a wider step must beat the plain one-row step by `margin` (a share) to be chosen.
     """
     p = p.double()[: max(cap - 1, 0)]
     n_cand = p.numel()
@@ -65,6 +67,7 @@ def choose(
         score = expected
     else:
         score = expected / cost[rows.clamp(max=cost.numel() - 1)]
+        score[0, 0] *= 1 + margin
     score = torch.where(ok, score, torch.full_like(score, -1.0))
     best = int(score.flatten().argmax())  # first maximum: fewer masks, then fewer nodes
     m, n = divmod(best, n_cand + 1)

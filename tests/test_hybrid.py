@@ -87,6 +87,9 @@ def test_a_fake_cost_curve_decides_the_width_exactly():
     # Expensive rows: a plain one-row step wins.
     c = choose(p, parents, k=0, mask_value=0.0, cap=6, cost=t(1, 3, 4, 5, 6, 7))
     assert (c.n, c.rows) == (0, 1)
+    # A draft that only just beats the plain step is refused under a margin.
+    assert choose(torch.tensor([0.55]), [0], k=0, mask_value=0.0, cap=2, cost=t(1, 1.5)).n == 1
+    assert choose(torch.tensor([0.55]), [0], k=0, mask_value=0.0, cap=2, cost=t(1, 1.5), margin=0.1).n == 0
     # Flat cost: the whole budget is used.
     c = choose(p, parents, k=0, mask_value=0.0, cap=4)
     assert (c.n, c.rows) == (3, 4)

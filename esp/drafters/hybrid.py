@@ -43,6 +43,7 @@ AUTO = "auto"
 AUTO_CAP = 64  # widest block bc=auto considers (a CPU never gets there; a GPU rarely needs more)
 GROW_FLOOR = 0.01  # under bc=auto, candidates less likely than this are not worth a row anywhere
 ESP_FIRST = 32  # ESP candidates ranked at depth 1 (the mask distribution covers the whole vocabulary)
+PLAIN_MARGIN = 0.1  # under bc=auto a draft must beat a plain one-row step by this share: P runs optimistic
 PROBE_EVERY = 8  # steps without ESP drafts after which masks are fed anyway, to keep measuring their value,
 PROBE_LOSS = 0.1  # if that step's expected tokens per second drop by at most this share
 
@@ -118,7 +119,7 @@ class HybridDrafter(Drafter):
         self.gain = gain = self.reliability[0] / self.reliability[1]
         p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
-        c = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost)
+        c = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost, margin=PLAIN_MARGIN)
         if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
