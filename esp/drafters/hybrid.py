@@ -165,6 +165,7 @@ class HybridDrafter(Drafter):
             tree.p.append(tree.cum_probs[node])
             path_of[node] = path_of[v] + (c.token,)
             open_node(node)
+        self.path_of = path_of  # the fed tree is a prefix of this one: _harvest reads its paths here
         return tree, cands
 
     def _children(self, text: list[int], path: tuple[int, ...], parent: int,
@@ -173,7 +174,7 @@ class HybridDrafter(Drafter):
         depth = len(path) + 1
         said: dict[int, dict[str, tuple]] = {}
         if TABLE in self.sources:
-            order, toks, probs = self.table.match((text + list(path))[-self.n :] if path else text[-self.n :])
+            order, toks, probs = self.table.match((text[-self.n :] + list(path))[-self.n :])
             for r, (t, q) in enumerate(zip(toks, probs)):
                 said.setdefault(t, {})[TABLE] = ((order, bucket(q)), r)
         if self.esp_top is not None and depth <= len(self.esp_top):
@@ -256,14 +257,10 @@ class HybridDrafter(Drafter):
             p = (v - torch.logsumexp(logits, -1, keepdim=True)).exp()
         else:
             p, t = torch.topk(target_probs(logits.double(), s), top, dim=-1)
-        tree = res.proposal.tree
-        base = ctx.tokens[: len(ctx.tokens) - len(res.emitted)]  # text up to and including the root
-        paths: list[list[int]] = [[]]
-        for v in range(1, len(tree)):
-            paths.append(paths[tree.parents[v]] + [tree.tokens[v]])
+        end = len(ctx.tokens) - len(res.emitted)  # the text up to and including the root
+        tail = ctx.tokens[max(0, end - self.n) : end]
         for v, (toks, probs) in enumerate(zip(t.tolist(), p.tolist())):
-            context = (base + paths[v])[-self.n :]
-            self.table.add(context, toks, probs)
+            self.table.add((tail + list(self.path_of[v]))[-self.n :], toks, probs)
 
 
 def _targets(logits: torch.Tensor, nodes: list[int], root_pos: int, depths: list[int], s) -> list[int]:
