@@ -8,9 +8,10 @@ proportion to how few labels it has seen. A key seen often speaks for itself; a 
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from bisect import bisect_right
+from typing import Hashable
 
-Keys = Sequence[Hashable]  # coarse to fine
+Keys = tuple  # of hashable keys, coarse to fine
 
 # Score buckets for a draft probability: finer where acceptance changes fastest.
 EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)
@@ -18,7 +19,7 @@ EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)
 
 def bucket(p: float) -> int:
     """0 .. len(EDGES): which probability band `p` falls in."""
-    return sum(p >= e for e in EDGES)
+    return bisect_right(EDGES, p)
 
 
 class Calibrator:
@@ -28,23 +29,30 @@ class Calibrator:
         self.prior, self.strength = prior, strength
         self.counts: dict[Hashable, list[float]] = {}  # key -> [accepted, seen]
         self.seen = 0  # candidates labelled so far
+        self.memo: dict[tuple, float] = {}  # estimates since the last update: a step asks for the same keys often
 
     def p(self, keys: Keys) -> float:
         """The shrunk acceptance rate of the finest key."""
+        est = self.memo.get(keys)
+        if est is not None:
+            return est
         est, s = self.prior, self.strength
         for key in keys:
             hit = self.counts.get(key)
             if hit is not None:
                 est = (hit[0] + s * est) / (hit[1] + s)
+        self.memo[keys] = est
         return est
 
-    def update(self, keys: Keys, accepted: bool) -> None:
-        """One label for every level of a candidate's keys."""
-        self.seen += 1
+    def update(self, keys: Keys, accepted: float, seen: int = 1) -> None:
+        """`seen` labels, `accepted` of them positive, for every level of a candidate's keys."""
+        self.seen += seen
+        if self.memo:
+            self.memo = {}
         for key in keys:
             hit = self.counts.get(key)
             if hit is None:
-                self.counts[key] = [float(accepted), 1.0]
+                self.counts[key] = [float(accepted), float(seen)]
             else:
                 hit[0] += accepted
-                hit[1] += 1
+                hit[1] += seen

@@ -62,16 +62,21 @@ def test_cost_curve_is_measured_once_then_read_from_disk(tiny_lm, tmp_path, monk
 
 def test_calibrator_shrinks_rare_keys_towards_coarser_ones():
     cal = Calibrator(prior=0.2, strength=4.0)
-    assert cal.p([("a",), ("a", 1)]) == 0.2  # nothing seen: the prior
+    assert cal.p((("a",), ("a", 1))) == 0.2  # nothing seen: the prior
     for i in range(96):
-        cal.update([("a",), ("a", 1)], accepted=i % 4 != 0)  # 72 / 96 accepted
-    assert cal.p([("a",)]) == pytest.approx((72 + 4 * 0.2) / (96 + 4))
-    coarse = cal.p([("a",)])
-    assert cal.p([("a",), ("a", 1)]) == pytest.approx((72 + 4 * coarse) / (96 + 4))
-    cal.update([("a",), ("a", 2)], accepted=False)  # one label: pulled towards the coarse rate, not to 0
-    rare = cal.p([("a",), ("a", 2)])
-    assert 0.5 < rare < cal.p([("a",)]) and cal.seen == 97
-    assert [bucket(x) for x in (0.0, 0.05, 0.5, 0.99)] == [0, 2, 6, 9]
+        cal.update((("a",), ("a", 1)), accepted=i % 4 != 0)  # 72 / 96 accepted
+    assert cal.p((("a",),)) == pytest.approx((72 + 4 * 0.2) / (96 + 4))
+    coarse = cal.p((("a",),))
+    assert cal.p((("a",), ("a", 1))) == pytest.approx((72 + 4 * coarse) / (96 + 4))
+    cal.update((("a",), ("a", 2)), accepted=False)  # one label: pulled towards the coarse rate, not to 0
+    rare = cal.p((("a",), ("a", 2)))
+    cal.update((("a",), ("a", 2)), accepted=False)  # a label after a read: the read is not served stale
+    assert cal.p((("a",), ("a", 2))) < rare
+    assert 0.5 < rare < cal.p((("a",),)) and cal.seen == 98
+    batch = Calibrator(prior=0.2, strength=4.0)
+    batch.update((("a",), ("a", 1)), accepted=72, seen=96)  # a step's labels counted first, then added once
+    assert batch.p((("a",), ("a", 1))) == pytest.approx((72 + 4 * coarse) / (96 + 4)) and batch.seen == 96
+    assert [bucket(x) for x in (0.0, 0.019, 0.02, 0.05, 0.5, 0.99)] == [0, 0, 1, 2, 6, 9]
 
 
 # ---------------------------------------------------------------- width choice

@@ -43,12 +43,13 @@ AUTO = "auto"
 AUTO_CAP = 64  # widest block bc=auto considers (a CPU never gets there; a GPU rarely needs more)
 GROW_FLOOR = 0.01  # under bc=auto, candidates less likely than this are not worth a row anywhere
 ESP_FIRST = 32  # ESP candidates ranked at depth 1 (the mask distribution covers the whole vocabulary)
+RANKS = 3  # a source's ranks from 3 on share one calibration key
 PLAIN_MARGIN = 0.1  # under bc=auto a draft must beat a plain one-row step by this share: P runs optimistic
 PROBE_EVERY = 8  # steps without ESP drafts after which masks are fed anyway, to keep measuring their value,
 PROBE_LOSS = 0.1  # if that step's expected tokens per second drop by at most this share
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A proposed child: its token, what each source said about it, and its calibrated P(accept | parent)."""
 
@@ -107,7 +108,7 @@ class HybridDrafter(Drafter):
             self.table.seed(ctx.tokens)
         if self.mask:
             self.mask.start(ctx)
-        self.esp_top: list[tuple[list[int], list[float]]] | None = None  # per depth: ranked ESP candidates
+        self.esp_top: list[list[tuple[int, int, int]]] | None = None  # per depth: ESP's (token, band, rank)
         self.cands: dict[int, list[Candidate]] = {}
         self.choice = None
         self.since_esp = 0  # steps since ESP drafts were last available
@@ -115,6 +116,7 @@ class HybridDrafter(Drafter):
     # ------------------------------------------------------------------ drafting
 
     def propose(self, ctx: Context) -> Proposal:
+        self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
         tree, self.cands = self._grow(ctx)
         self.gain = gain = self.reliability[0] / self.reliability[1]
         p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
@@ -172,31 +174,46 @@ class HybridDrafter(Drafter):
                   paths: dict[tuple[int, ...], list[tuple[int, int]]]) -> list[Candidate]:
         """Every source's proposals after text + path, merged per token and calibrated, best first."""
         depth = len(path) + 1
-        said: dict[int, dict[str, tuple]] = {}
+        said: dict[int, dict[str, tuple]] = {}  # token -> source -> (score, rank)
         if TABLE in self.sources:
             order, toks, probs = self.table.match((text[-self.n :] + list(path))[-self.n :])
             for r, (t, q) in enumerate(zip(toks, probs)):
-                said.setdefault(t, {})[TABLE] = ((order, bucket(q)), r)
+                said[t] = {TABLE: ((order, bucket(q)), min(r, RANKS))}
         if self.esp_top is not None and depth <= len(self.esp_top):
-            toks, probs = self.esp_top[depth - 1]
-            for r, (t, q) in enumerate(zip(toks, probs)):
-                if t != parent or t in said:  # ESP's rule: a mask rarely means "repeat the parent"
-                    said.setdefault(t, {})[ESP] = (bucket(q), r)
+            for t, band, r in self.esp_top[depth - 1]:
+                by = said.get(t)
+                if by is not None:
+                    by[ESP] = (band, r)
+                elif t != parent:  # ESP's rule: a mask rarely means "repeat the parent"
+                    said[t] = {ESP: (band, r)}
         for t, n in paths.get(path, ()):
-            prev = said.setdefault(t, {}).get(LOOKUP)
+            by = said.setdefault(t, {})
+            prev = by.get(LOOKUP)
             if prev is None or n > prev[0]:
-                said[t][LOOKUP] = (n, 0)
+                by[LOOKUP] = (n, 0)
         out = []
-        d = min(depth, 6)
+        d, known = min(depth, 6), self.known
         for t, by in said.items():
-            srcs = tuple(s for s in SOURCES if s in by)
-            score = tuple(by[s][0] for s in srcs)
-            rank = min(min(by[s][1] for s in srcs), 3)
-            # Score before depth: a 6-token copy match predicts acceptance at every depth of its chain.
-            keys = ((srcs,), (srcs, score), (srcs, score, d), (srcs, score, d, rank))
-            out.append(Candidate(t, srcs, keys, self.calibrator.p(keys)))
+            what = (d, tuple(by.items()))
+            got = known.get(what)
+            if got is None:
+                known[what] = got = self._calibrated(by, d)
+            out.append(Candidate(t, *got))
         out.sort(key=lambda c: -c.cond)
         return out
+
+    def _calibrated(self, by: dict[str, tuple], d: int) -> tuple[tuple[str, ...], tuple, float]:
+        """Sources, calibration keys and P(accept | parent) of a candidate that `by` sources proposed at depth d."""
+        if len(by) == 1:
+            ((src, (score, rank)),) = by.items()
+            srcs, scores = (src,), (score,)
+        else:
+            srcs = tuple(s for s in SOURCES if s in by)
+            scores = tuple(by[s][0] for s in srcs)
+            rank = min(v[1] for v in by.values())
+        # Score before depth: a 6-token copy match predicts acceptance at every depth of its chain.
+        keys = ((srcs,), (srcs, scores), (srcs, scores, d), (srcs, scores, d, rank))
+        return srcs, keys, self.calibrator.p(keys)
 
     def _mask_value(self) -> float:
         total, steps = self.mask_value
@@ -206,21 +223,32 @@ class HybridDrafter(Drafter):
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         tree, s, lm = res.proposal.tree, ctx.sampling, ctx.lm
-        depths = tree.depths
         logits = res.node_logits
+        top = self._top(logits, s) if TABLE in self.sources else None
+        if not s.greedy:
+            depths = tree.depths
+            targets = [draw(logits[v], res.root_pos + depths[v] + 1, s) for v in range(len(tree))]
+        else:  # a row's top token is its argmax (up to exact ties, which only blur a label)
+            targets = top[0][:, 0].tolist() if top is not None else logits.argmax(-1).tolist()
         # Free labels: the target's choice after every fed node labels every candidate child of that node,
         # fed or not. Children of rejected nodes count too: they rank candidates better (measured: tau 2.05
         # against 1.78 at bc=60 on six development questions), though they make P a little optimistic
         # for deep paths, which `reliability` corrects in sum.
-        fed = list(range(len(tree)))
-        for v, want in zip(fed, _targets(logits, fed, res.root_pos, depths, s)):
+        tally: dict[tuple, list[int]] = {}  # a step labels the same keys many times: count, then update once
+        for v, want in enumerate(targets):
             for c in self.cands.get(v, ()):
-                self.calibrator.update(c.keys, c.token == want)
+                t = tally.get(c.keys)
+                if t is None:
+                    tally[c.keys] = t = [0, 0]
+                t[0] += c.token == want
+                t[1] += 1
+        for keys, (accepted, seen) in tally.items():
+            self.calibrator.update(keys, accepted, seen)
         # The fed tree may be a cut of the proposal (esp.whatif feeds the root alone at a resumed prefill).
         self.reliability[0] += len(res.path) - 1
         self.reliability[1] += sum((tree.p or [1.0])[1:])
-        if TABLE in self.sources:
-            self._harvest(ctx, res, logits)
+        if top is not None:
+            self._harvest(ctx, res, *top)
         if self.esp_top is not None:
             self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:]) if tree.sources else 0
             self.mask_value[1] += 1
@@ -237,7 +265,8 @@ class HybridDrafter(Drafter):
                 # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
                 p, t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
                 keep = [ESP_FIRST] + [self.top] * (len(rows) - 1)
-                self.esp_top = [(tt[:n], pp[:n]) for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
+                self.esp_top = [[(tok, bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
+                                for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
             self.mask.update(lm, res.emitted)
             notes.ema = self.mask.state()
         c = self.choice
@@ -248,23 +277,15 @@ class HybridDrafter(Drafter):
             self.curve.observe(res.layout.size, seconds)
         return notes
 
-    def _harvest(self, ctx: Context, res: StepResult, logits: torch.Tensor) -> None:
+    def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens, probs) of the target's top distribution after every fed node."""
+        dist = torch.softmax(logits, -1) if s.greedy else target_probs(logits.double(), s)
+        p, t = torch.topk(dist, min(self.top, dist.shape[-1]), dim=-1)
+        return t, p
+
+    def _harvest(self, ctx: Context, res: StepResult, tokens: torch.Tensor, probs: torch.Tensor) -> None:
         """Add the target's top distributions after every fed node to the table."""
-        s = ctx.sampling
-        top = min(self.top, logits.shape[-1])
-        if s.greedy:  # the top of a softmax without normalising the whole vocabulary row by row
-            v, t = torch.topk(logits, top, dim=-1)
-            p = (v - torch.logsumexp(logits, -1, keepdim=True)).exp()
-        else:
-            p, t = torch.topk(target_probs(logits.double(), s), top, dim=-1)
         end = len(ctx.tokens) - len(res.emitted)  # the text up to and including the root
         tail = ctx.tokens[max(0, end - self.n) : end]
-        for v, (toks, probs) in enumerate(zip(t.tolist(), p.tolist())):
-            self.table.add((tail + list(self.path_of[v]))[-self.n :], toks, probs)
-
-
-def _targets(logits: torch.Tensor, nodes: list[int], root_pos: int, depths: list[int], s) -> list[int]:
-    """The target's own token after each of `nodes`, drawn as the verifier draws it."""
-    if s.greedy:
-        return logits[nodes].argmax(-1).tolist()
-    return [draw(logits[v], root_pos + depths[v] + 1, s) for v in nodes]
+        for v, (toks, ps) in enumerate(zip(tokens.tolist(), probs.tolist())):
+            self.table.add((tail + list(self.path_of[v]))[-self.n :], toks, ps)
