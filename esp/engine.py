@@ -102,7 +102,8 @@ class Decoder:
             hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align)
             t3 = self._now()
             h1 = lm.head_seconds
-            node_logits = lm.head(hidden[lead : lead + lay.n_nodes])
+            logits = lm.head(hidden[lead : lead + (lay.size if prop.head_all else lay.n_nodes)])
+            node_logits = logits[: lay.n_nodes]
             path, bonus = verify(tree, node_logits, root_pos, self.sampling)
             t4 = self._now()
             h2 = lm.head_seconds
@@ -115,6 +116,7 @@ class Decoder:
                 prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
                 node_logits, path, bonus, root_pos, emitted,
                 None if layers is None or not lead else tuple(h[:lead] for h in layers), t3 - t2 + h2 - h1,
+                logits if prop.head_all else None,
             )
             notes = self.drafter.observe(ctx, res)
             t6 = self._now()

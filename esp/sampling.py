@@ -62,3 +62,24 @@ def draw(logits: torch.Tensor, position: int, s: Sampling) -> int:
     cdf = probs(logits.double(), s).cumsum(-1)
     i = int(torch.searchsorted(cdf, uniform(s.seed, position) * cdf[-1], right=True))
     return min(i, cdf.numel() - 1)
+
+
+def top_k(x: torch.Tensor, k: int, block: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.topk(x, k, -1)` for rows over a vocabulary, about twice as fast on a CPU.
+
+    The k largest entries of a row lie in the k blocks with the largest maxima (each of them lifts its
+    block's maximum at least to the k-th value), so one cheap max per block narrows the search to k
+    blocks. Equal values may come back in another order than torch.topk's."""
+    n, v = x.shape
+    nb = v // block
+    if nb <= 2 * k:
+        return torch.topk(x, k, -1)
+    body = x[:, : nb * block].reshape(n, nb, block)
+    blocks = body.amax(-1).topk(k, -1).indices  # (n, k)
+    cand = body.gather(1, blocks[:, :, None].expand(n, k, block)).reshape(n, k * block)
+    idx = (blocks[:, :, None] * block + torch.arange(block, device=x.device)).reshape(n, k * block)
+    if nb * block < v:  # the last, partial block is always searched
+        cand = torch.cat([cand, x[:, nb * block :]], 1)
+        idx = torch.cat([idx, torch.arange(nb * block, v, device=x.device).expand(n, -1)], 1)
+    values, at = cand.topk(k, -1)
+    return values, idx.gather(1, at)

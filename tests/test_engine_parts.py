@@ -10,7 +10,7 @@ from esp.drafters.esp import ESPConfig, default_shape
 from esp.errors import ESPError
 from esp.kvcache import commit
 from esp.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
-from esp.sampling import Sampling, draw, probs
+from esp.sampling import Sampling, draw, probs, top_k
 from esp.tree import DraftTree, dynamic_tree, static_tree
 from esp.verify import verify
 
@@ -162,6 +162,17 @@ def test_sampling_is_keyed_by_seed_and_position():
     assert len({draw(logits, p, s) for p in range(50)}) > 5
     p = probs(logits, Sampling(temperature=1.0, top_k=5, top_p=0.5))
     assert (p > 0).sum() <= 5 and abs(float(p.sum()) - 1) < 1e-9
+
+
+@pytest.mark.parametrize("shape", [(3, 49152), (5, 49152 + 300), (2, 700), (4, 5000)])
+def test_blockwise_top_k_equals_torch_topk(shape):
+    g = torch.Generator().manual_seed(shape[1])
+    x = torch.randn(shape, generator=g)
+    x[0, -5:] += 8  # winners in the partial last block
+    x[1, :3] += 8  # and in the first block
+    v, i = top_k(x, 10)
+    ref_v, ref_i = torch.topk(x, 10, -1)
+    assert torch.equal(v, ref_v) and torch.equal(i, ref_i)
 
 
 def test_sampling_follows_the_target_distribution():

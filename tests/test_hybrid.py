@@ -150,6 +150,27 @@ def test_fed_nodes_label_all_their_candidates(tiny_lm):
 
 # ---------------------------------------------------------------- the engine with budgets
 
+def test_one_head_call_covers_nodes_and_masks(tiny_lm):
+    lm = tiny_lm("llama")
+    seen = []
+
+    class Spy(HybridDrafter):
+        def observe(self, ctx, res):
+            seen.append(res)
+            calls = lm.head_seconds
+            notes = super().observe(ctx, res)
+            assert lm.head_seconds == calls  # the masks' logits came with the nodes' head call
+            return notes
+
+    Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=10).generate(_prompt(4, lm.vocab_size))
+    masked = [r for r in seen if r.layout.size > r.layout.n_nodes]
+    assert masked and all(r.block_logits is not None and len(r.block_logits) == r.layout.size for r in seen)
+    for r in masked:
+        rows = list(range(r.layout.size))
+        assert torch.allclose(r.logits(rows, lm), lm.head(r.hidden[rows]), atol=1e-6)
+        assert torch.equal(r.node_logits, r.block_logits[: r.layout.n_nodes])
+
+
 def test_fixed_budget_fills_its_rows_and_traces_sources_p_and_cost(tiny_lm):
     lm = tiny_lm("llama")
     run = Decoder(lm, build("hybrid:bc=30"), max_new_tokens=24).generate(_prompt(2, lm.vocab_size))

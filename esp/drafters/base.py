@@ -20,6 +20,9 @@ class Proposal:
     mask_embeds: torch.Tensor | None = None  # (k, H): input embedding of mask j, shared by all nodes
     extra: Extra | None = None
     masked: tuple[int, ...] | None = None  # nodes that carry the k masks (None: every node, as in ESP)
+    # One LM-head call over every block row instead of the node rows only: on a CPU the head's weights
+    # (a vocabulary by hidden matrix) are read once per call, so a few extra rows cost less than a second call.
+    head_all: bool = False
 
 
 @dataclass
@@ -49,6 +52,13 @@ class StepResult:
     emitted: list[int]
     prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
     forward_s: float = 0.0  # seconds of the block's forward and the LM head on its node rows
+    block_logits: torch.Tensor | None = None  # (B, V) logits of every block row, when the proposal asked
+
+    def logits(self, rows: list[int], lm: LM) -> torch.Tensor:
+        """Target logits at block rows `rows`: from the step's own head call when it covered them."""
+        if self.block_logits is not None:
+            return self.block_logits[rows]
+        return lm.head(self.hidden[rows])
 
 
 @dataclass

@@ -151,7 +151,7 @@ class ESPDrafter(Drafter):
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         last = res.path[-1]
         rows = res.layout.mask_rows(last)
-        self.dists = torch.softmax(ctx.lm.head(res.hidden[rows]), dim=-1)
+        self.dists = torch.softmax(res.logits(rows, ctx.lm), dim=-1)
         notes = Notes()
         if ctx.align and res.layers is not None:
             notes.alignment = self._align(ctx, res, rows)

@@ -98,8 +98,7 @@ class LADEDrafter(Drafter):
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         lay = res.layout
-        top = res.hidden[lay.size - len(self.levels[-1]) :]
-        new = ctx.lm.head(top).argmax(-1).tolist()
+        new = res.logits(list(range(lay.size - len(self.levels[-1]), lay.size)), ctx.lm).argmax(-1).tolist()
         if len(self.levels) == 1:  # after the prefill: level-0 outputs already sit one column on
             self.levels = [self.levels[0][1:], new]
         elif not self.full:
