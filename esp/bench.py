@@ -185,13 +185,16 @@ def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
         for w in range(a.warmup if mine else 0):
             Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[mine[w % len(mine)]])
     out = []
-    with tqdm(total=len(mine) * len(drafters), desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
+    with tqdm(total=len(mine) * len(drafters) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
         for i in mine:
-            rows = []
-            for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(prompts[i])
-                rows.append(record(questions[i], s, g, a.align))
-                bar.update()
+            runs: dict[str, list[dict]] = {s: [] for s in drafters}
+            for _ in range(a.repeats):
+                for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
+                    g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(prompts[i])
+                    runs[s].append(record(questions[i], s, g, a.align))
+                    bar.update()
+            # The run of median time stands for the question (the tokens are the same in every run).
+            rows = [sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2] for rs in runs.values()]
             ar = next(r["tokens"] for r in rows if r["method"] == "ar")
             differs = a.reference and ar != reference_tokens(lm, prompts[i], a.max_new_tokens)
             out.append((i, rows, differs))
@@ -213,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--align", action="store_true",
                    help="record per-layer alignment of mask states (accepted vs rejected) for methods with masks")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="generations per question and method, interleaved; each keeps its run of median time")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
@@ -221,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
         fail("--per-category must be at least 1.")
     if a.max_new_tokens < 1:
         fail("--max-new-tokens must be at least 1.")
+    if a.repeats < 1:
+        fail("--repeats must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]
     if len(set(specs)) != len(specs):
         fail(f"--methods lists a method twice: {a.methods}")
@@ -251,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
               + (f"; differs on {mismatched}" if mismatched else ""))
     if a.json:
         meta = {"model": lm.name, "reference_mismatches": mismatched if a.reference else None, "methods": {s: d.describe() for s, d in drafters.items()},
-                "max_new_tokens": a.max_new_tokens, "questions": len(questions)}
+                "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
         gaps = alignment_table(results)

@@ -59,8 +59,18 @@ class CostCurve:
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
 
     def table(self, upto: int) -> torch.Tensor:
-        """t(r) for r = 0..upto as one tensor (index 0 unused), for vectorised width choices."""
-        return torch.tensor([0.0] + [self.predict(r) for r in range(1, upto + 1)], dtype=torch.float64)
+        """t(r) for r = 0..upto as one tensor (index 0 unused), for vectorised width choices: `predict`
+        for every r at once (it is read every step, and the curve moves every step)."""
+        r = torch.arange(upto + 1, dtype=torch.float64)
+        q, t = torch.tensor(self.q, dtype=torch.float64), torch.tensor(self.t, dtype=torch.float64)
+        if len(q) == 1:
+            out = t[0] * r / q[0]
+        else:
+            i = (torch.searchsorted(q, r) - 1).clamp(0, len(q) - 2)  # the segment r falls in, or the end one
+            w = (r - q[i]) / (q[i + 1] - q[i])
+            out = (t[i] + w * (t[i + 1] - t[i])).clamp(min=1e-9)
+        out[0] = 0.0
+        return out
 
     def observe(self, rows: int, seconds: float) -> None:
         """Move the curve a little towards one measured forward (least-mean-squares on the two knots)."""

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import QUESTIONS, ROOT, spec_bench
 from esp import bench
+from esp.bench import record
 from esp.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
@@ -25,6 +26,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be an integer or 'auto'"),
     (["esp.bench", "--questions", "/nonexistent.jsonl"], "not found"),
     (["esp.bench", "--questions", str(QUESTIONS), "--per-category", "0"], "--per-category"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--repeats", "0"], "--repeats"),
     (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
     (["esp.generate", "--prompt", "hi", "--lam", "2"], "lambda"),
     (["esp.generate", "--prompt", "hi", "--model", "no such model"], "Unknown model"),
@@ -55,6 +57,21 @@ def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "overall" in printed and "esp:k=1:bc=10" in printed
     assert (tmp_path / "t.md").read_text().startswith("| category |")
+
+
+def test_bench_repeats_keep_each_question_s_median_run(lm, tmp_path, monkeypatch):
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(json.dumps(spec_bench(1)[0]))
+    made = []
+    monkeypatch.setattr(bench, "record", lambda *a: made.append(record(*a)) or made[-1])
+    out = tmp_path / "r.json"
+    bench.main(["--questions", str(qfile), "--methods", "ar,pld", "--max-new-tokens", "8", "--warmup", "0",
+                "--repeats", "3", "--json", str(out)])
+    kept = json.loads(out.read_text())["records"]
+    assert [r["method"] for r in made] == ["ar", "pld"] * 3  # interleaved
+    for r in kept:
+        times = sorted(m["seconds"] for m in made if m["method"] == r["method"])
+        assert r["seconds"] == times[1]
 
 
 def test_aggregate_is_pooled_tau_and_ratio_of_means():

@@ -13,6 +13,7 @@ from esp.calibrate import Calibrator, bucket
 from esp.cost import CostCurve, curve_for
 from esp.drafters.base import Context
 from esp.drafters.hybrid import HybridDrafter
+from esp.drafters.pld import continuations
 from esp.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
@@ -41,6 +42,8 @@ def test_cost_curve_interpolates_extrapolates_and_learns_online():
     c.observe(6, 3.0)  # error +1 at the middle of [4, 8]: both knots move up by rate * 0.5
     assert c.t == pytest.approx([1.0, 2.25, 2.25])
     assert c.table(3).tolist() == pytest.approx([0.0, 1.0, 1.0 + 1.25 / 3, 1.0 + 2.5 / 3])
+    for curve in (c, CostCurve([3], [0.5]), CostCurve([2, 5, 9, 30], [0.3, 0.2, 0.6, 0.9])):
+        assert curve.table(40)[1:].tolist() == pytest.approx([curve.predict(r) for r in range(1, 41)])
     with pytest.raises(ValueError):
         CostCurve([4, 1], [1.0, 2.0])
 
@@ -122,6 +125,24 @@ def test_masks_go_where_the_accepted_path_is_likely_to_end():
 
 def _ctx(lm, prompt, step=0):
     return Context(lm, list(prompt), len(prompt), Sampling(), step)
+
+
+def _continuations_by_hand(text: list[int], max_n: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
+    found = {}  # start of the continuation -> longest suffix matched there
+    for n in range(1, min(max_n, len(text) - 1) + 1):
+        for s in range(n, len(text)):
+            if text[s - n : s] == text[len(text) - n :]:
+                found[s] = n
+    order = sorted(found, key=lambda s: (-found[s], -s))[:limit]
+    return [(found[s], text[s : s + draft]) for s in order]
+
+
+def test_lookup_continuations_are_the_longest_and_most_recent_matches():
+    g = torch.Generator().manual_seed(0)
+    for i in range(200):
+        text = torch.randint(0, 2 + i % 4, (1 + i % 50,), generator=g)
+        args = (1 + i % 8, 1 + i % 5, 1 + i % 6)
+        assert continuations(text, *args) == _continuations_by_hand(text.tolist(), *args)
 
 
 def test_a_path_proposed_by_two_sources_is_one_node(tiny_lm):

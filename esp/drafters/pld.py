@@ -38,20 +38,21 @@ def continuations(tokens: torch.Tensor, max_ngram: int, draft: int, limit: int) 
     """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
 
     Longest matches first, the most recent occurrence first among equals; each earlier position is
-    reported once, with the longest suffix it matches.
+    reported once, with the longest suffix (up to `max_ngram`) it matches.
     """
     length = tokens.numel()
-    out: list[tuple[int, list[int]]] = []
-    used: set[int] = set()
-    for n in range(min(max_ngram, length - 1), 0, -1):
-        hits = (tokens.unfold(0, n, 1) == tokens[-n:]).all(1).nonzero().flatten() + n
-        for s in reversed(hits[hits < length].tolist()):
-            if s not in used:
-                used.add(s)
-                out.append((n, tokens[s : s + draft].tolist()))
-                if len(out) == limit:
-                    return out
-    return out
+    m = min(max_ngram, length - 1)
+    if m < 1:
+        return []
+    # For every start s of a continuation, compare the j-th token before s with the suffix's j-th from
+    # the end; the match length is the run of equal pairs from j = 0.
+    starts = torch.arange(1, length)
+    j = torch.arange(m)[:, None]
+    before = starts - 1 - j
+    same = (tokens[before.clamp(min=0)] == tokens[length - 1 - j]) & (before >= 0)
+    matched = same.int().cumprod(0).sum(0)
+    best = (matched * length + starts).topk(min(limit, length - 1)).values.tolist()
+    return [(key // length, tokens[key % length : key % length + draft].tolist()) for key in best if key >= length]
 
 
 class PLDDrafter(Drafter):
