@@ -3,6 +3,7 @@ local folder."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import os
@@ -120,7 +121,15 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
         model = model.to(dev, dt)
     elif model.dtype != dt:  # a spread model stays where accelerate put it; only a converted GGUF needs a cast
         model = model.to(dt)
-    return LM(model, tok, label)
+    lm = LM(model, tok, label)
+    # A loaded model leaves ~370k Python objects (modules, parameters, tokenizer tables) that live as long
+    # as the process. Frozen, the cyclic collector stops re-scanning them in every full collection that
+    # decoding's small allocations trigger (measured: 1.1 ms of a 135 ms hybrid bc=60 step). Unfrozen
+    # first, so that a model the cache has dropped since is collected with the rest.
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return lm
 
 
 def _save_converted(model, tok, target: Path) -> None:

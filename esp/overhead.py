@@ -97,18 +97,24 @@ def builders(repeats: int, past: int = 300, device: torch.device = torch.device(
     return out
 
 
-def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int) -> dict:
-    """The model's cost curve and the per-step overhead of ESP and the hybrid at BC = 60, printed as they come."""
+def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[int], repeats: int, tokens: int,
+                  specs: dict[str, str] = BC60) -> dict:
+    """The model's cost curve and the per-step overhead of `specs` (ESP and the hybrid at BC = 60), printed as they come."""
     print(f"model {lm.name} on {lm.device} ({lm.dtype}), torch threads {torch.get_num_threads()}", flush=True)
     curve = cost.measure(lm, tuple(sizes), context, repeats)
     print(f"forward cost curve (median over {repeats} runs, cache {context} tokens):")
     for q, t in curve.items():
         print(f"  q={q:4d}  {t * 1e3:8.2f} ms  {t / curve[sizes[0]]:.2f}x")
-    ov = overhead(lm, prompts, BC60, tokens)
+    return {"curve_s": curve, "overhead": measure_overhead(lm, prompts, specs, tokens)}
+
+
+def measure_overhead(lm: LM, prompts: list[list[int]], specs: dict[str, str], tokens: int) -> dict:
+    """`overhead`, printed."""
+    ov = overhead(lm, prompts, specs, tokens)
     print("per-step time (mean ms) and engine share (everything but the model's forward and LM head):")
     for name, r in ov.items():
         print(f"  {name:20s} {r['mean_ms']}  share {r['engine_share']:.1%} over {r['steps']} steps")
-    return {"curve_s": curve, "overhead": ov}
+    return ov
 
 
 def measure_builders(repeats: int, device: torch.device = torch.device("cpu")) -> dict:

@@ -2,6 +2,7 @@
 share, and the efficient vs naive mask builders.
 
     python scripts/engine_costs.py [--model embedded] [--context 300] [--repeats 15] [--questions FILE]
+    python scripts/engine_costs.py --overhead-only --methods hybrid:bc=60,hybrid:bc=auto,ar [--prompts 8]
 
 Works on CPU or CUDA (pass --model and --dtype for a random-weight model of a given config folder with
 --random-config); medians throughout. The measurements live in esp/overhead.py; scripts/gpu_costs.py runs
@@ -18,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
+from esp.overhead import BC60, measure_builders, measure_model, measure_overhead, random_lm, random_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -31,6 +32,8 @@ def main() -> None:
     p.add_argument("--questions", default=str(Path(__file__).resolve().parents[2] / "shared/data/spec_bench/question.jsonl"))
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--methods", help="comma list of method specs whose overhead is measured (default: ESP and the hybrid at BC=60)")
+    p.add_argument("--overhead-only", action="store_true", help="skip the cost curve and the mask builders")
     p.add_argument("--json")
     a = p.parse_args()
     if a.random_config:
@@ -46,10 +49,14 @@ def main() -> None:
         lm = load(a.model, dtype=a.dtype)
         qs = [json.loads(x) for x in Path(a.questions).read_text().splitlines()]
         prompts = [lm.chat_ids(q["turns"][0]) for q in qs[:: max(1, len(qs) // a.prompts)][: a.prompts]]
-    r = measure_model(lm, prompts, a.context, [1, 2, 4, 10, 30, 60, 120], a.repeats, a.tokens)
-    b = measure_builders(a.repeats * 4)
+    specs = {s: s for s in a.methods.split(",")} if a.methods else BC60
+    if a.overhead_only:
+        r = {"overhead": measure_overhead(lm, prompts, specs, a.tokens)}
+    else:
+        r = measure_model(lm, prompts, a.context, [1, 2, 4, 10, 30, 60, 120], a.repeats, a.tokens, specs)
+        r["builders_us"] = measure_builders(a.repeats * 4)
     if a.json:
-        Path(a.json).write_text(json.dumps({**r, "builders_us": b}, indent=1))
+        Path(a.json).write_text(json.dumps(r, indent=1))
 
 
 if __name__ == "__main__":
