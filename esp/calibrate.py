@@ -29,26 +29,19 @@ class Calibrator:
         self.prior, self.strength = prior, strength
         self.counts: dict[Hashable, list[float]] = {}  # key -> [accepted, seen]
         self.seen = 0  # candidates labelled so far
-        self.memo: dict[tuple, float] = {}  # estimates since the last update: a step asks for the same keys often
 
     def p(self, keys: Keys) -> float:
         """The shrunk acceptance rate of the finest key."""
-        est = self.memo.get(keys)
-        if est is not None:
-            return est
         est, s = self.prior, self.strength
         for key in keys:
             hit = self.counts.get(key)
             if hit is not None:
                 est = (hit[0] + s * est) / (hit[1] + s)
-        self.memo[keys] = est
         return est
 
     def update(self, keys: Keys, accepted: float, seen: int = 1) -> None:
         """`seen` labels, `accepted` of them positive, for every level of a candidate's keys."""
         self.seen += seen
-        if self.memo:
-            self.memo = {}
         for key in keys:
             hit = self.counts.get(key)
             if hit is None:

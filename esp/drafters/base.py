@@ -51,7 +51,7 @@ class StepResult:
     root_pos: int
     emitted: list[int]
     prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
-    forward_s: float = 0.0  # seconds of the block's forward and the LM head on its node rows
+    forward_s: float = 0.0  # seconds of the block's forward and its LM-head call (node rows, or every row under head_all)
     block_logits: torch.Tensor | None = None  # (B, V) logits of every block row, when the proposal asked
 
     def logits(self, rows: list[int], lm: LM) -> torch.Tensor:

@@ -255,16 +255,13 @@ class HybridDrafter(Drafter):
         if self.esp_top is not None:
             self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:]) if tree.sources else 0
             self.mask_value[1] += 1
-        seconds = res.forward_s
         notes = Notes()
         self.esp_top = None
         if self.mask:
             rows = res.layout.mask_rows(res.path[-1])
             self.since_esp = 0 if rows else self.since_esp + 1
             if rows:
-                h0 = lm.head_seconds
-                dists = torch.softmax(res.logits(rows, lm), dim=-1)
-                seconds += lm.head_seconds - h0
+                dists = torch.softmax(res.logits(rows, lm), dim=-1)  # from the step's one head call (head_all)
                 # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
                 p, t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
                 keep = [ESP_FIRST] + [self.top] * (len(rows) - 1)
@@ -275,9 +272,9 @@ class HybridDrafter(Drafter):
         c = self.choice
         notes.cost = {"budget": self.bc, "rows": res.layout.size, "cap": self.cap,
                       "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(res.layout.size),
-                      "measured_s": seconds, "curve": self.curve.to_dict()}
+                      "measured_s": res.forward_s, "curve": self.curve.to_dict()}
         if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve
-            self.curve.observe(res.layout.size, seconds)
+            self.curve.observe(res.layout.size, res.forward_s)
         return notes
 
     def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
