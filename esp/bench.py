@@ -201,6 +201,29 @@ def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
     return out
 
 
+def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict, parts: list) -> None:
+    """Print the table of every rank's records and write the files that the arguments ask for."""
+    done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
+    rows = [r for _, rs, _ in done for r in rs]
+    mismatched = [questions[i].get("question_id") for i, _, differs in done if differs]
+    results = aggregate(rows, list(drafters))
+    print(f"model {model}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
+    print(table(results))
+    if a.reference:
+        print(f"ar == model.generate on {len(questions) - len(mismatched)}/{len(questions)} questions"
+              + (f"; differs on {mismatched}" if mismatched else ""))
+    if a.json:
+        meta = {"model": model, "reference_mismatches": mismatched if a.reference else None, "methods": {s: d.describe() for s, d in drafters.items()},
+                "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
+        Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
+    if a.markdown:
+        gaps = alignment_table(results)
+        Path(a.markdown).write_text(table(results, markdown=True) + "\n"
+                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
+    if a.html:
+        chart(results, a.html)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -245,27 +268,9 @@ def main(argv: list[str] | None = None) -> None:
         parts = shard.gather(done)
     finally:
         shard.close()
-    if not shard.main:
-        return
-    done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
-    rows = [r for _, rs, _ in done for r in rs]
-    mismatched = [questions[i].get("question_id") for i, _, differs in done if differs]
-    results = aggregate(rows, specs)
-    print(f"model {lm.name}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
-    print(table(results))
-    if a.reference:
-        print(f"ar == model.generate on {len(questions) - len(mismatched)}/{len(questions)} questions"
-              + (f"; differs on {mismatched}" if mismatched else ""))
-    if a.json:
-        meta = {"model": lm.name, "reference_mismatches": mismatched if a.reference else None, "methods": {s: d.describe() for s, d in drafters.items()},
-                "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
-        Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
-    if a.markdown:
-        gaps = alignment_table(results)
-        Path(a.markdown).write_text(table(results, markdown=True) + "\n"
-                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
-    if a.html:
-        chart(results, a.html)
+    if shard.main:
+        report(a, lm.name, questions, drafters, parts)
+    shard.leave()
 
 
 if __name__ == "__main__":

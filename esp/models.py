@@ -93,10 +93,13 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
                 "is not in the local cache; use an offline model, a local model folder, or a machine with "
                 "network access."
             )
-    quiet = logging.getLogger("transformers.modeling_utils")
-    level = quiet.level
+    # The loader's notes (and, while it is quieted, a tensor-parallel check that lists a single-device model's
+    # norms as "not sharded") are noise for users of one device.
+    quiet = [logging.getLogger(f"transformers.{m}") for m in ("modeling_utils", "distributed.tensor_parallel")]
+    levels = [q.level for q in quiet]
     try:
-        quiet.setLevel(logging.ERROR)
+        for q in quiet:
+            q.setLevel(logging.ERROR)
         tok = AutoTokenizer.from_pretrained(source, **kwargs)
         # A GGUF is converted in float32 so that the cached weights are exact whatever dtype this load wants.
         if gpus:  # leave a tenth of each GPU for activations and the KV cache
@@ -111,7 +114,8 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
             f"provide it (no network, a wrong id, or a gated model needing `hf auth login`). Details: {e}"
         ) from None
     finally:
-        quiet.setLevel(level)
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
     if kwargs.get("gguf_file"):
         _save_converted(model, tok, converted(entry))
         if entry.parts:  # the joined GGUF was only the converter's input
