@@ -62,7 +62,7 @@ class Shard:
     def leave(self) -> None:
         """End a launched process once its output is written: flush, then exit without the interpreter's
         teardown, where c10d's native threads can abort a finished run with SIGABRT ("terminate called
-        without an active exception", about one run in a hundred here; see pytorch/pytorch#179291).
+        without an active exception": once in 180 runs here; see pytorch/pytorch#179291).
         A world of one returns and exits as usual."""
         if self.world > 1:
             sys.stdout.flush()
