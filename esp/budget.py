@@ -46,6 +46,11 @@ def choose(
     """
     p = p.double()[: max(cap - 1, 0)]
     n_cand = p.numel()
+    m_max = 0 if k <= 0 or (mask_value <= 0 and not force_mask) else min(n_cand + 1, max_masked, (cap - 1) // k)
+    if cost is not None and not force_mask:
+        plain = (1 + margin) / float(cost[1])
+        if best_rate(p, mask_value if m_max else 0.0, cost[: max(cap, 1) + 1], 2) * (1 + 1e-9) < plain:
+            return Choice(0, (), 1, 1.0, float(cost[1]))  # exactly what the tables would pick; the slack covers rounding
     full = torch.cat([p.new_ones(1), p])  # path probability per tree index, root = 1
     served = torch.zeros(n_cand + 1, n_cand + 1, dtype=torch.float64)  # [v, n]: P of v's children among the first n
     if n_cand:
@@ -54,7 +59,6 @@ def choose(
         served[:, 1:] = (child * p[None, :]).cumsum(1)
     exists = torch.arange(n_cand + 1)[:, None] <= torch.arange(n_cand + 1)[None, :]
     p_end = torch.where(exists, full[:, None] - served, torch.full_like(served, -1.0))
-    m_max = 0 if k <= 0 or (mask_value <= 0 and not force_mask) else min(n_cand + 1, max_masked, (cap - 1) // k)
     top = p_end.sort(0, descending=True).values[:m_max].cumsum(0)  # [m-1, n]: best m masked nodes
     gain = torch.cat([torch.zeros(1, n_cand + 1, dtype=torch.float64), mask_value * top])  # [m, n]
     nodes = torch.cat([p.new_zeros(1), p.cumsum(0)])  # [n]
@@ -74,3 +78,15 @@ def choose(
     masked = tuple(sorted(p_end[:, n].argsort(descending=True)[:m].tolist()))
     r = int(rows[m, n])
     return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]))
+
+
+def best_rate(p: torch.Tensor, mask_value: float, cost: torch.Tensor, lo: int) -> float:
+    """An upper bound of expected tokens per unit of `cost` over every choice of `lo` or more rows: every
+    candidate fed and masks at full value, on the cheapest such width. Masks add mask_value times the
+    sum of their nodes' positive P_end, and P_end(v) <= P(v), so at most mask_value * (1 + sum P).
+    It lets a step that nothing predicts skip the (candidates x candidates) tables of `choose`."""
+    wide = cost[lo:]
+    if not wide.numel():
+        return 0.0
+    total = float(p.sum())
+    return (1.0 + total + max(mask_value, 0.0) * (1.0 + total)) / float(wide.min())

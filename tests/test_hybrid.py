@@ -103,6 +103,30 @@ def test_a_fake_cost_curve_decides_the_width_exactly():
     assert (c.n, c.rows) == (3, 4)
 
 
+
+def test_the_early_plain_step_is_exactly_the_full_choice(monkeypatch):
+    """The early plain step skips the width tables only where they would have picked the plain step anyway."""
+    import esp.budget as budget
+
+    real, said = budget.best_rate, []
+    monkeypatch.setattr(budget, "best_rate", lambda *a: said.append(real(*a)) or said[-1])
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for _ in range(400):
+        n, k, cap = int(torch.randint(0, 12, (), generator=g)), int(torch.randint(0, 3, (), generator=g)), 16
+        p = (torch.rand(n, generator=g, dtype=torch.float64) ** 4).sort(descending=True).values
+        parents = [int(torch.randint(0, i + 1, (), generator=g)) for i in range(n)]  # an earlier node, or the root
+        cost = torch.cat([torch.zeros(1), (1 + torch.rand(cap, generator=g, dtype=torch.float64)).cumsum(0) / 2])
+        args = (p, parents, k, float(torch.rand((), generator=g)) * 2, cap, cost)
+        margin = float(torch.rand((), generator=g)) * 0.2
+        cases.append((args, margin, choose(*args, margin=margin)))
+    monkeypatch.setattr(budget, "best_rate", lambda *a: float("inf"))  # never skip
+    assert [choose(*args, margin=m) for args, m, _ in cases] == [c for _, _, c in cases]
+    early = sum(b * (1 + 1e-9) < (1 + m) / float(args[-1][1]) for b, (args, m, _) in zip(said, cases))
+    assert early > 50 and sum(c.rows > 1 for _, _, c in cases) > 50  # both ways were taken often
+    for (args, _, c), b in zip(cases, said):  # the bound holds for what the tables chose
+        assert c.rows == 1 or c.expected / float(args[-1][c.rows]) <= b * (1 + 1e-9)
+
 def test_masks_go_where_the_accepted_path_is_likely_to_end():
     # root -> a (0.9) -> b (0.2); root -> c (0.05). The path most likely ends at a: P_end(a) = 0.9 - 0.2.
     p, parents = torch.tensor([0.9, 0.2, 0.05]), [0, 1, 0]

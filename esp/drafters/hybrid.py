@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..budget import choose
+from ..budget import best_rate, choose
 from ..calibrate import Calibrator, bucket
 from ..cost import CostCurve, curve_for
 from ..errors import ESPError
@@ -123,13 +123,16 @@ class HybridDrafter(Drafter):
         self.gain = gain = self.reliability[0] / self.reliability[1]
         p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
-        c = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost, margin=PLAIN_MARGIN)
+        value = self._mask_value()
+        c = choose(p, tree.parents[1:], self.k, value, self.cap, cost, margin=PLAIN_MARGIN)
         if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
-            probe = choose(p, tree.parents[1:], self.k, self._mask_value(), self.cap, cost, force_mask=True)
-            if ctx.step == 0 or cost is None or probe.expected / probe.seconds >= (1 - PROBE_LOSS) * c.expected / c.seconds:
-                c = probe
+            floor = None if ctx.step == 0 or cost is None else (1 - PROBE_LOSS) * c.expected / c.seconds
+            if floor is None or best_rate(p, value, cost, 1 + self.k) >= floor:
+                probe = choose(p, tree.parents[1:], self.k, value, self.cap, cost, force_mask=True)
+                if floor is None or probe.expected / probe.seconds >= floor:
+                    c = probe
         self.choice = c
         fed = DraftTree(tree.tokens[: c.n + 1], tree.parents[: c.n + 1], tree.probs[: c.n + 1],
                         tree.cum_probs[: c.n + 1], sources=tree.sources[: c.n + 1], p=tree.p[: c.n + 1])
