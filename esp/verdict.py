@@ -1,0 +1,101 @@
+"""Is a method's output lossless? Exact token equality, or a flip at a rounding near-tie, or a failure.
+
+In fp32 every method here reproduces plain decoding token for token. In bf16 / fp16 a tree step feeds
+many rows in one forward, so a row's logits differ from a one-row forward's by rounding; where the two
+best tokens are within that rounding the greedy choice can flip and every later token differs. The rule:
+
+- **exact**: the token lists are equal;
+- otherwise at the first differing position i, with `a` = ar's token and `b` = the method's token, a
+  **near-tie** when both runs ranked {a, b} as their top two there, and each run's gap between them is at
+  most `TIE_ULPS` units of rounding of its top logit in the run's dtype (one unit = 2^(floor(log2|z|) - p),
+  p = the dtype's mantissa bits: 7 for bf16, 10 for fp16, 23 for fp32); for bf16 and a logit in [16, 32)
+  that is 4 x 0.125 = 0.5;
+- a **failure** otherwise (a length mismatch, a token outside the other run's top two, a wider gap).
+
+Tokens after i are not compared: once the texts part, they are different texts. Each emitted position
+carries the top-2 of the row that chose it, `[id1, logit1, id2, logit2]` (see `StepTrace.top2`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+EXACT, NEAR_TIE, FAILURE = "exact", "near_tie", "failure"
+TIE_ULPS = 4  # rounding units a near-tie may span; a few units cover a reduction's reordering error
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23}
+
+Top2 = list  # [id1, logit1, id2, logit2] of the row that chose one emitted token
+
+
+def dtype_name(dtype) -> str:
+    """'bfloat16' / 'float16' / 'float32' from a torch dtype or its name ('torch.bfloat16', 'bf16', ...)."""
+    name = str(dtype).replace("torch.", "")
+    name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(
+        name, name)
+    if name not in MANTISSA_BITS:
+        raise ValueError(f"no rounding rule for dtype {dtype!r}: use one of {', '.join(MANTISSA_BITS)}.")
+    return name
+
+
+def ulp(z: float, dtype="bfloat16") -> float:
+    """One unit of rounding of a logit of magnitude |z| in `dtype`."""
+    z = max(abs(z), 2.0 ** -14)
+    return 2.0 ** (math.floor(math.log2(z)) - MANTISSA_BITS[dtype_name(dtype)])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One question's verdict for one method against `ar`."""
+
+    kind: str  # EXACT / NEAR_TIE / FAILURE
+    index: int | None = None  # first differing emitted position (None when exact)
+    gap: float | None = None  # the wider of the two runs' gaps there, in rounding units (None if unknown)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "index": self.index, "gap": self.gap, "reason": self.reason}
+
+
+def _gap_ulps(top2: Top2 | None, first: int, second: int, dtype: str) -> float | None:
+    """How many rounding units `first` led `second` by in one row, or None unless they are its top two."""
+    if not top2 or len(top2) < 4 or (top2[0], top2[2]) != (first, second):
+        return None
+    return (top2[1] - top2[3]) / ulp(top2[1], dtype)
+
+
+def classify(ar_tokens: list[int], ar_top2: list[Top2] | None, tokens: list[int], top2: list[Top2] | None,
+             dtype="float32") -> Verdict:
+    """The verdict of one method's run (`tokens`, `top2`) against the plain run of the same prompt."""
+    if list(tokens) == list(ar_tokens):
+        return Verdict(EXACT)
+    n = min(len(tokens), len(ar_tokens))
+    i = next((j for j in range(n) if tokens[j] != ar_tokens[j]), None)
+    if i is None:
+        return Verdict(FAILURE, n, None, f"lengths differ ({len(ar_tokens)} vs {len(tokens)} tokens)")
+    a, b = ar_tokens[i], tokens[i]
+    name = dtype_name(dtype)
+    gaps = [_gap_ulps(ar_top2[i] if ar_top2 and i < len(ar_top2) else None, a, b, name),
+            _gap_ulps(top2[i] if top2 and i < len(top2) else None, b, a, name)]
+    if None in gaps:
+        return Verdict(FAILURE, i, None, f"at token {i} the runs chose {a} and {b}, not each other's runner-up")
+    gap = max(gaps)
+    if gap <= TIE_ULPS:
+        return Verdict(NEAR_TIE, i, gap, f"at token {i}: {a} vs {b} within {gap:.2f} rounding units")
+    return Verdict(FAILURE, i, gap, f"at token {i}: {a} vs {b} apart by {gap:.2f} rounding units (> {TIE_ULPS})")
+
+
+def tally(verdicts: list[Verdict]) -> dict:
+    """Counts per kind and the largest gap (rounding units) among the non-exact verdicts; lossless = no
+    failure."""
+    gaps = [v.gap for v in verdicts if v.gap is not None]
+    return {EXACT: sum(v.kind == EXACT for v in verdicts), NEAR_TIE: sum(v.kind == NEAR_TIE for v in verdicts),
+            FAILURE: sum(v.kind == FAILURE for v in verdicts), "max_gap": max(gaps, default=0.0)}
+
+
+def label(v: Verdict) -> str:
+    """A short word for tables: 'exact', 'near-tie (1.5 units)', 'FAILED'."""
+    if v.kind == EXACT:
+        return "exact"
+    if v.kind == NEAR_TIE:
+        return f"near-tie at token {v.index} ({v.gap:.1f} units)"
+    return f"FAILED at token {v.index}"
