@@ -5,7 +5,7 @@ from typing import Iterable
 
 import plotly.graph_objects as go
 
-from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
+from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, StepTrace
 
 # One colour per node status; the mask heatmap and the text view reuse the accepted green.
 STATUS_COLORS = {ROOT: "#3b6fb6", ACCEPTED: "#2e9d57", REJECTED: "#d9544f", PRUNED: "#b0b0b0"}
@@ -28,6 +28,18 @@ def as_step(step: StepTrace | dict) -> StepTrace:
 
 def as_steps(steps: Iterable[StepTrace | dict]) -> list[StepTrace]:
     return [as_step(s) for s in steps]
+
+
+def accepted_nodes(step: StepTrace) -> list[NodeTrace]:
+    """The step's accepted drafts in path order (root excluded)."""
+    return sorted((n for n in step.nodes if n.status == ACCEPTED), key=lambda n: n.depth)
+
+
+def walk_end(step: StepTrace) -> NodeTrace:
+    """Where verification stopped: the last accepted node, or the root when none was accepted. Its
+    children are the rejected alternatives, its masks drafted the next step."""
+    path = accepted_nodes(step)
+    return path[-1] if path else step.nodes[0]
 
 
 def figure(data: list[dict], layout: dict) -> go.Figure:

@@ -8,7 +8,7 @@ from typing import Mapping
 from esp.trace import ACCEPTED, PRUNED, ROOT, NodeTrace, StepTrace
 
 from . import sources as src
-from .common import as_step, show_ws
+from .common import accepted_nodes, as_step, show_ws, walk_end
 from .cost_view import ratio, step_curve, step_width
 from .mask_plot import prompt_length
 
@@ -67,7 +67,7 @@ def _drafts(step: StepTrace) -> str:
 
 
 def _accepted(step: StepTrace) -> str:
-    path = sorted((n for n in step.nodes if n.status == ACCEPTED), key=lambda n: n.depth)
+    path = accepted_nodes(step)
     if not path:
         return "**Accepted: 0 drafts**." if len(step.nodes) > 1 else ""
     head = f"**Accepted: {_plural(len(step.accepted), 'draft')}**"
@@ -78,8 +78,7 @@ def _accepted(step: StepTrace) -> str:
 
 def _stop(step: StepTrace, own: str) -> str:
     """Why the walk stopped: the drafts under the last accepted node, and the model's own token there."""
-    path = [n for n in step.nodes if n.status in (ROOT, ACCEPTED)]
-    last = max(path, key=lambda n: n.depth)
+    last = walk_end(step)
     rejected = [n for n in step.nodes if n.parent == last.index and n.status != ACCEPTED and n.row is not None]
     where = "the root" if last.status == ROOT else f"the last accepted draft {tok(last.text)}"
     n_acc = len(step.accepted)

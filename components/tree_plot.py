@@ -8,6 +8,7 @@ from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
 
 from . import sources as src
 from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .focus import FOCUS_COLOR, focus_node
 
 # Drawing order (later on top): the accepted path last.
 STATUS_ORDER = (PRUNED, REJECTED, ROOT, ACCEPTED)
@@ -89,9 +90,9 @@ def short(text: str) -> str:
     return t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…"
 
 
-def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
+def tree_figure(step: StepTrace | dict, height: int = 420, focus: int | None = None) -> go.Figure:
     """The draft tree coloured by status, marked by source, labelled with token and cumulative probability
-    where labels fit (hover shows every node)."""
+    where labels fit (hover shows every node); node `focus` (an index of step.nodes) outlined thick."""
     step = as_step(step)
     title = f"Draft tree · step {step.step}"
     if step.prefill:
@@ -114,6 +115,11 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     shown = labelled_nodes(g, pos)
     data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos)) for s in STATUS_ORDER if s in by_status]
     data += _source_legend(g)
+    if focus_node(step, focus) is not None:
+        x, y = pos[int(focus)]
+        data.append({"type": "scatter", "x": [x], "y": [y], "mode": "markers", "name": f"focus: node {int(focus)}",
+                     "marker": {"size": 28, "symbol": "circle-open", "line": {"width": 4, "color": FOCUS_COLOR}},
+                     "hoverinfo": "skip"})
     low = min(y for _, y in pos.values())
     layout = base_layout(f"{title} · accepted {len(path) - 1} of {g.number_of_nodes() - 1}", height,
                          xaxis={"visible": False, "range": x_range(pos)},
