@@ -6,13 +6,13 @@ import plotly.graph_objects as go
 from esp.trace import StepTrace
 
 from . import sources as src
-from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .common import STATUS_COLORS, WASH, as_step, base_layout, figure, message_figure, show_ws
 from .focus import FOCUS_COLOR, focus_node, mask_rows
 
 BLOCKED, VISIBLE, ON_PATH = 0, 1, 2
 STATES = {BLOCKED: "blocked", VISIBLE: "visible", ON_PATH: "accepted path"}
 # A stepped colour scale: each of the three integer values gets one flat band.
-_SCALE = [[0.0, "#f1f1f1"], [1 / 3, "#f1f1f1"], [1 / 3, "#8fb8e8"], [2 / 3, "#8fb8e8"],
+_SCALE = [[0.0, WASH], [1 / 3, WASH], [1 / 3, "#8fb8e8"], [2 / 3, "#8fb8e8"],
           [2 / 3, STATUS_COLORS["accepted"]], [1.0, STATUS_COLORS["accepted"]]]
 
 
