@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from esp.trace import AlignmentTrace, StepTrace
 
 from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .focus import mask_records
 
 GROUPS = {"accepted": STATUS_COLORS["accepted"], "rejected": STATUS_COLORS["rejected"]}
 
@@ -26,18 +27,22 @@ def layer_stats(records: Sequence[AlignmentTrace], raw: bool = False) -> dict[st
 
 
 def align_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, raw: bool = False,
-                 height: int = 340) -> go.Figure:
-    """Two panels: the records resolved at step `upto`, and all records of steps 0..upto."""
+                 height: int = 340, focus: int | None = None) -> go.Figure:
+    """Two panels: the records resolved at step `upto`, and all records of steps 0..upto. With `focus` (a
+    node index of step `upto`), that node's masks' own curves are drawn thick on the left panel (only the
+    node where the walk stopped has them: its masks draft the next step)."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
     title = "Mask-to-future alignment (cosine per layer" + (", raw)" if raw else ", mean-centred)")
     run = [r for s in steps[: upto + 1] for r in s.alignment]
-    if not run:
+    focused = mask_records(steps, upto, focus) if focus is not None else []
+    if not run and not focused:
         return message_figure(title, "No alignment yet: ESP records it once a mask's position is filled.", height)
     data = []
     for axis, records in (("", steps[upto].alignment), ("2", run)):
         for group, st in layer_stats(records, raw).items():
             data += _band(axis, group, st, legend=axis == "2")
+    data += [_focus_line(r, raw, focus) for r in focused]
     layout = base_layout(title, height, **two_panels((f"this step ({upto})", f"run so far (steps 0-{upto})")))
     layout["margin"]["t"] = 60
     axis_title = {"text": "layer (0 = embeddings)", "font": {"size": 10}}
@@ -61,6 +66,16 @@ def _band(axis: str, group: str, st: dict, legend: bool) -> list[dict]:
         {**common, "y": st["mean"].tolist(), "line": {"color": color, "width": 2}, "showlegend": legend,
          "name": f"{group} (n={st['n']})", "hovertemplate": f"{group} layer %{{x}}: %{{y:.3f}}<extra></extra>"},
     ]
+
+
+def _focus_line(r: AlignmentTrace, raw: bool, node: int) -> dict:
+    """One focused mask's own cosine per layer, thick, coloured by whether its draft was accepted."""
+    group = "accepted" if r.accepted else "rejected"
+    ys = r.cos_raw if raw else r.cos
+    return {"type": "scatter", "x": list(range(len(ys))), "y": list(ys), "mode": "lines",
+            "name": f"node {node} mask {r.j} ({group})",
+            "line": {"color": GROUPS[group], "width": 5, "dash": "dot"},
+            "hovertemplate": f"node {node} mask {r.j}, layer %{{x}}: %{{y:.3f}}<extra>{group}</extra>"}
 
 
 def _rgba(hex_color: str, alpha: float) -> str:

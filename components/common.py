@@ -5,12 +5,26 @@ from typing import Iterable
 
 import plotly.graph_objects as go
 
-from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
+from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, StepTrace
 
 # One colour per node status; the mask heatmap and the text view reuse the accepted green.
-STATUS_COLORS = {ROOT: "#3b6fb6", ACCEPTED: "#2e9d57", REJECTED: "#d9544f", PRUNED: "#b0b0b0"}
+# Neutral tones are mid-grey with alpha, never an opaque grey or white: they read on a light page and on a
+# dark one alike, so a figure needs no rebuild when the page switches theme (docs/app_guide.md, "Theme").
+INK = "rgba(128,128,128,0.95)"  # secondary text, reference lines
+FAINT = "rgba(128,128,128,0.5)"  # edges, pruned nodes, earlier steps
+GRID = "rgba(128,128,128,0.22)"  # axis grid and zero lines
+WASH = "rgba(128,128,128,0.12)"  # blocked cells of the mask
+CLEAR = "rgba(0,0,0,0)"  # paper and plot: the page's own background shows through
+STATUS_COLORS = {ROOT: "#3b6fb6", ACCEPTED: "#2e9d57", REJECTED: "#d9544f", PRUNED: FAINT}
 BONUS_COLOR = "#7b61c9"
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=12)
+# Replaces Plotly's default template, which paints white grids, light bar outlines and a blue-grey plot
+# area (and adds ~8 KB to every figure sent); only the defaults the figures rely on are kept.
+TEMPLATE = {"layout": {"hovermode": "closest", "hoverlabel": {"align": "left"}},
+            "data": {"heatmap": [{"type": "heatmap", "colorbar": {"outlinewidth": 0, "ticks": ""}}]}}
+# Text colour per page theme, for figures drawn outside the page's CSS (apply_theme); on the page,
+# assets/app.css makes figure text follow the theme.
+THEMES = {"light": "#222222", "dark": "#e8e8e8"}
 
 # BPE tokens often start with or are whitespace; show it so " the" and "the" differ on screen.
 _WS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
@@ -30,6 +44,18 @@ def as_steps(steps: Iterable[StepTrace | dict]) -> list[StepTrace]:
     return [as_step(s) for s in steps]
 
 
+def accepted_nodes(step: StepTrace) -> list[NodeTrace]:
+    """The step's accepted drafts in path order (root excluded)."""
+    return sorted((n for n in step.nodes if n.status == ACCEPTED), key=lambda n: n.depth)
+
+
+def walk_end(step: StepTrace) -> NodeTrace:
+    """Where verification stopped: the last accepted node, or the root when none was accepted. Its
+    children are the rejected alternatives, its masks drafted the next step."""
+    path = accepted_nodes(step)
+    return path[-1] if path else step.nodes[0]
+
+
 def figure(data: list[dict], layout: dict) -> go.Figure:
     """A Plotly figure from plain trace/layout dicts, skipping Plotly's per-property validation.
 
@@ -39,19 +65,23 @@ def figure(data: list[dict], layout: dict) -> go.Figure:
 
 
 def base_layout(title: str, height: int, **extra) -> dict:
-    """Common styling: compact margins, white background, a small title, the legend right of the plot area.
+    """Common styling: compact margins, a clear background (the page's shows through), neutral grids, a small
+    title, the legend right of the plot area.
 
     The legend sits outside the data (Plotly widens the right margin for it) so it never covers points or
     axis titles; `automargin` on the axes keeps tick labels and titles whole at any width."""
     layout = {
         "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
         "height": height, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}, "font": FONT,
-        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "paper_bgcolor": CLEAR, "plot_bgcolor": CLEAR, "template": TEMPLATE,
         "legend": {"x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top", "font": {"size": 10}},
     }
     layout.update(extra)
-    for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
-        layout[key].setdefault("automargin", True)
+    for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
+        axis = layout.setdefault(key, {})
+        axis.setdefault("automargin", True)
+        axis.setdefault("gridcolor", GRID)
+        axis.setdefault("zerolinecolor", GRID)
     return layout
 
 
@@ -70,6 +100,14 @@ def two_panels(titles: tuple[str, str], gap: float = 0.06) -> dict:
 def message_figure(title: str, text: str, height: int = 320) -> go.Figure:
     """An empty figure carrying one centred note (no data for this view)."""
     note = {"text": text, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper", "showarrow": False,
-            "font": {"size": 13, "color": "#666"}}
+            "font": {"size": 13, "color": INK}}
     hidden = {"visible": False}
     return figure([], base_layout(title, height, annotations=[note], xaxis=hidden, yaxis=hidden))
+
+
+def apply_theme(fig: go.Figure, theme: str) -> go.Figure:
+    """`fig` with its text coloured for a light or dark page (for exports and pages without app.css)."""
+    if theme not in THEMES:
+        raise ValueError(f"theme must be one of {', '.join(THEMES)}, not {theme!r}.")
+    fig.layout.font.color = THEMES[theme]
+    return fig

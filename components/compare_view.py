@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 
 from esp.trace import RunSummary
 
-from .common import base_layout, figure, message_figure, two_panels
+from .common import INK, base_layout, figure, message_figure, two_panels
 
 COLUMNS = ["method", "tokens", "forwards", "τ", "tokens/s", "speed-up vs ar", "same text as ar"]
 
@@ -35,7 +35,7 @@ def compare_figure(rows: list[list], height: int | None = None) -> go.Figure:
          "name": "speed-up", "xaxis": "x2", "yaxis": "y2", "hovertemplate": "%{y}: %{x}× ar<extra></extra>"},
     ]
     even = [{"type": "line", "x0": 1, "x1": 1, "y0": 0, "y1": 1, "xref": f"x{a}", "yref": f"y{a} domain",
-             "line": {"color": "#999", "dash": "dot"}} for a in ("", "2")]
+             "line": {"color": INK, "dash": "dot"}} for a in ("", "2")]
     layout = base_layout(title, height or 80 + 34 * len(rows), showlegend=False, shapes=even,
                          **two_panels(("τ (tokens per forward)", "speed-up vs ar (tokens/s)")))
     layout["margin"]["t"] = 60

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from esp.trace import StepTrace
 
-from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
 from .stats import WINDOW
 
 Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
@@ -57,7 +57,7 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
          "name": "break-even: t(q)/t(1)", "line": {"color": "#d9544f", "dash": "dash"},
          "hovertemplate": "a %{x}-row forward costs %{y:.2f} one-row forwards<extra></extra>"},
         {"type": "scatter", "x": [step_width(s) for s in run], "y": [len(s.emitted) for s in run], "mode": "markers",
-         "name": "steps so far", "marker": {"color": "#b0b0b0", "size": 6},
+         "name": "steps so far", "marker": {"color": FAINT, "size": 6},
          "hovertemplate": "%{x} rows, %{y} tokens<extra></extra>"},
         {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
          "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "circle"},

@@ -6,12 +6,13 @@ import plotly.graph_objects as go
 from esp.trace import StepTrace
 
 from . import sources as src
-from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .common import STATUS_COLORS, WASH, as_step, base_layout, figure, message_figure, show_ws
+from .focus import FOCUS_COLOR, focus_node, mask_rows
 
 BLOCKED, VISIBLE, ON_PATH = 0, 1, 2
 STATES = {BLOCKED: "blocked", VISIBLE: "visible", ON_PATH: "accepted path"}
 # A stepped colour scale: each of the three integer values gets one flat band.
-_SCALE = [[0.0, "#f1f1f1"], [1 / 3, "#f1f1f1"], [1 / 3, "#8fb8e8"], [2 / 3, "#8fb8e8"],
+_SCALE = [[0.0, WASH], [1 / 3, WASH], [1 / 3, "#8fb8e8"], [2 / 3, "#8fb8e8"],
           [2 / 3, STATUS_COLORS["accepted"]], [1.0, STATUS_COLORS["accepted"]]]
 
 
@@ -49,8 +50,9 @@ def mask_matrix(step: StepTrace | dict) -> list[list[int]]:
     ]
 
 
-def mask_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
-    """The step's mask; at the prefill, the prompt's rows are summarised as one row and one column."""
+def mask_figure(step: StepTrace | dict, height: int = 420, focus: int | None = None) -> go.Figure:
+    """The step's mask; at the prefill, the prompt's rows are summarised as one row and one column. With
+    `focus` (a node index), that node's row and its mask rows are outlined."""
     step = as_step(step)
     title = f"Mask · step {step.step}"
     if not step.mask:
@@ -80,4 +82,22 @@ def mask_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
         yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
         xaxis={"type": "category", "tickangle": -60, "tickfont": {"size": 9}, "side": "bottom"},
     )
+    shapes = focus_shapes(step, focus)
+    if shapes:
+        layout["shapes"] = shapes
     return figure([heat], layout)
+
+
+def focus_shapes(step: StepTrace, focus: int | None) -> list[dict]:
+    """Outlines of the focused node's row (thick) and its mask rows (dashed) across the whole matrix; a
+    category axis puts row r at y = r (the prefill's summary row shifts the block down by one)."""
+    node = focus_node(step, focus)
+    if node is None or node.row is None:
+        return []
+    shift = 1 if step.prefill else 0
+
+    def outline(r: int, dash: str, width: int) -> dict:
+        return {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": r + shift - 0.5,
+                "y1": r + shift + 0.5, "line": {"color": FOCUS_COLOR, "width": width, "dash": dash}}
+
+    return [outline(node.row, "solid", 3)] + [outline(r, "dash", 2) for r in mask_rows(step, node.index)]

@@ -7,11 +7,11 @@ import plotly.graph_objects as go
 
 from esp.trace import RunSummary, StepTrace, summarize
 
-from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure
+from .common import FAINT, INK, STATUS_COLORS, as_steps, base_layout, figure, message_figure
 
 # Engine phases in the order they run (StepTrace.timings keys; "total" is their sum).
 PHASES = ("draft", "mask", "forward", "verify", "commit", "trace")
-_PHASE_COLORS = ("#f2a541", "#8fb8e8", "#3b6fb6", "#2e9d57", "#7b61c9", "#b0b0b0")
+_PHASE_COLORS = ("#f2a541", "#8fb8e8", "#3b6fb6", "#2e9d57", "#7b61c9", FAINT)
 # Steps drawn as bars: at ~400 bars in a half-width panel they blur into a moire.
 WINDOW = 120
 
@@ -65,7 +65,7 @@ def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None,
              "marker": {"color": c}, "hovertemplate": f"{p}: %{{y:.1f}} ms<extra>step %{{x}}</extra>"}
             for p, c in zip(PHASES, _PHASE_COLORS)]
     mark = {"type": "line", "x0": current, "x1": current, "y0": 0, "y1": 1, "xref": "x", "yref": "paper",
-            "line": {"color": "#333", "width": 1, "dash": "dot"}}
+            "line": {"color": INK, "width": 1, "dash": "dot"}}
     totals = [1000 * s.timings.get("total", 0.0) for s in shown if not s.prefill]
     top = 1.15 * max(totals) if totals else None
     notes = [{"x": s.step, "y": top, "text": f"prefill {1000 * s.timings.get('total', 0.0):.0f} ms ↑",

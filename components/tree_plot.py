@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
 
 from . import sources as src
-from .common import STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .common import FAINT, INK, STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .focus import FOCUS_COLOR, focus_node
 
 # Drawing order (later on top): the accepted path last.
 STATUS_ORDER = (PRUNED, REJECTED, ROOT, ACCEPTED)
@@ -89,9 +90,9 @@ def short(text: str) -> str:
     return t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…"
 
 
-def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
+def tree_figure(step: StepTrace | dict, height: int = 420, focus: int | None = None) -> go.Figure:
     """The draft tree coloured by status, marked by source, labelled with token and cumulative probability
-    where labels fit (hover shows every node)."""
+    where labels fit (hover shows every node); node `focus` (an index of step.nodes) outlined thick."""
     step = as_step(step)
     title = f"Draft tree · step {step.step}"
     if step.prefill:
@@ -103,7 +104,7 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     ex, ey = _segments(pos, g.edges())
     px, py = _segments(pos, zip(path, path[1:]))
     data = [
-        {"type": "scatter", "x": ex, "y": ey, "mode": "lines", "line": {"color": "#c8c8c8", "width": 1},
+        {"type": "scatter", "x": ex, "y": ey, "mode": "lines", "line": {"color": FAINT, "width": 1},
          "hoverinfo": "skip", "showlegend": False, "name": "edges"},
         {"type": "scatter", "x": px, "y": py, "mode": "lines", "hoverinfo": "skip", "name": "accepted path",
          "line": {"color": STATUS_COLORS[ACCEPTED], "width": 4}, "showlegend": len(path) > 1},
@@ -114,6 +115,11 @@ def tree_figure(step: StepTrace | dict, height: int = 420) -> go.Figure:
     shown = labelled_nodes(g, pos)
     data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos)) for s in STATUS_ORDER if s in by_status]
     data += _source_legend(g)
+    if focus_node(step, focus) is not None:
+        x, y = pos[int(focus)]
+        data.append({"type": "scatter", "x": [x], "y": [y], "mode": "markers", "name": f"focus: node {int(focus)}",
+                     "marker": {"size": 28, "symbol": "circle-open", "line": {"width": 4, "color": FOCUS_COLOR}},
+                     "hoverinfo": "skip"})
     low = min(y for _, y in pos.values())
     layout = base_layout(f"{title} · accepted {len(path) - 1} of {g.number_of_nodes() - 1}", height,
                          xaxis={"visible": False, "range": x_range(pos)},
@@ -131,7 +137,7 @@ def _source_legend(g: nx.DiGraph) -> list[dict]:
             label = "agreed" if len(d["sources"]) > 1 else d["sources"][0]  # short: the caption says more
             marks[label] = src.symbol(d["sources"])
     return [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": f"source: {label}",
-             "legendgroup": "sources", "marker": {"symbol": sym, "color": "#777", "size": 10}, "hoverinfo": "skip"}
+             "legendgroup": "sources", "marker": {"symbol": sym, "color": INK, "size": 10}, "hoverinfo": "skip"}
             for label, sym in sorted(marks.items())]
 
 
@@ -160,7 +166,7 @@ def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: se
         "type": "scatter", "x": [pos[n][0] for n in ids], "y": [pos[n][1] for n in ids],
         "mode": "markers+text", "name": status,
         "marker": {"size": 16 if status in (ROOT, ACCEPTED) else 12, "color": STATUS_COLORS[status],
-                   "symbol": [_symbol(status, d["sources"]) for d in data], "line": {"width": 1, "color": "white"}},
+                   "symbol": [_symbol(status, d["sources"]) for d in data], "line": {"width": 1, "color": FAINT}},
         "text": [f"{short(d['text'])}{' ' if deep else '<br>'}{d['cum_prob']:.2f}" if n in shown else ""
                  for d, n in zip(data, ids)],
         "textposition": "middle right" if deep else "bottom center", "textfont": {"size": 10},

@@ -1,0 +1,92 @@
+"""The paper's lesson from shipped bench results: tau of ESP and of each baseline per model size
+(docs/results/model_size.json, written by scripts/model_size.py), and why ESP's margin grows with the model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from .common import FAINT, STATUS_COLORS, base_layout, figure, message_figure
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "model_size.json"
+TITLE = "Tokens per forward (τ) by model size"
+BASELINES = {"pld": "#e0a030", "stand": "#2fa5b8", "lade": "#c0609a"}
+ESP = "esp:k=1:bc=60"  # the ESP setting drawn: the best overall on both measured models (docs/BENCHMARKS.md)
+WHY = ("Why the margin grows: ESP's drafts are the model's own guesses at later positions, so a model that "
+       "already knows more of its future drafts better, while the n-gram baselines can only copy text that is "
+       "already there, whatever the model knows.")
+
+
+def load_sizes(path: str | Path = RESULTS) -> dict:
+    """The results file, checked: runs with a label, a size and per method a tau. ValueError (one line)
+    when the file is missing or not of that shape."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        runs = data["runs"]
+        for run in runs:
+            str(run["label"]), float(run["params_m"])
+            for r in run["results"].values():
+                float(r["tau"])
+    except FileNotFoundError:
+        raise ValueError(f"No model-size results at {path.name}: run scripts/model_size.py.") from None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        detail = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else str(e).splitlines()[0][:100]
+        raise ValueError(f"{path.name} is not a model-size results file ({detail}).") from None
+    if not runs:
+        raise ValueError(f"{path.name} holds no runs.")
+    return data
+
+
+def size_figure(path: str | Path = RESULTS, esp: str = ESP, height: int = 340) -> go.Figure:
+    """τ per model (by size) for ESP and each baseline, ar's 1.0 as a floor; a message figure when the
+    results file is missing or malformed."""
+    try:
+        data = load_sizes(path)
+    except ValueError as e:
+        return message_figure(TITLE, str(e), height)
+    runs = sorted(data["runs"], key=lambda r: r["params_m"])
+    labels = [f"{r['label']}" for r in runs]
+    lines = [(m, m.upper(), color, 2) for m, color in BASELINES.items()]
+    lines.append((esp, f"ESP ({_setting(esp)})", STATUS_COLORS["accepted"], 4))
+    data_ = [{"type": "scatter", "x": labels, "y": [r["results"].get(m, {}).get("tau") for r in runs],
+              "mode": "lines+markers", "name": name, "line": {"color": color, "width": width},
+              "marker": {"size": 6 + 2 * width}, "connectgaps": False,
+              "hovertemplate": f"{name} on %{{x}}: τ %{{y:.2f}}<extra></extra>"}
+             for m, name, color, width in lines if any(m in r["results"] for r in runs)]
+    floor = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+             "line": {"color": FAINT, "dash": "dot", "width": 1}}
+    layout = base_layout(TITLE, height, shapes=[floor],
+                         xaxis={"type": "category", "title": {"text": "model (smallest first)", "font": {"size": 10}}},
+                         yaxis={"title": {"text": "τ (tokens per forward)", "font": {"size": 10}}, "rangemode": "tozero"})
+    return figure(data_, layout)
+
+
+def size_sentences(path: str | Path = RESULTS, esp: str = ESP) -> str:
+    """Per model, ESP's τ against the best baseline's; then why the margin grows (or the file's problem)."""
+    try:
+        data = load_sizes(path)
+    except ValueError as e:
+        return str(e)
+    parts = []
+    for run in sorted(data["runs"], key=lambda r: r["params_m"]):
+        res = run["results"]
+        base = {m: res[m]["tau"] for m in BASELINES if m in res}
+        if esp not in res or not base:
+            continue
+        best = max(base, key=base.get)
+        side = "above" if res[esp]["tau"] > base[best] else "below"
+        parts.append(f"on {run['label']} ESP reaches τ {res[esp]['tau']:.2f}, {side} the best baseline "
+                     f"({best.upper()} {base[best]:.2f})")
+    if not parts:
+        return f"The results file has no run with both {esp} and a baseline."
+    run = data["runs"][0]
+    protocol = (f"Spec-Bench dev, {run['questions']} questions, {run['max_new_tokens']} new tokens, greedy, "
+                f"ESP with {_setting(esp)}")
+    return f"{protocol}: {'; '.join(parts)}. {WHY}"
+
+
+def _setting(spec: str) -> str:
+    """'esp:k=1:bc=60' -> 'k=1, BC=60'."""
+    return ", ".join(p.replace("bc=", "BC=") for p in spec.split(":")[1:]) or "defaults"

@@ -1,0 +1,81 @@
+"""The lecture file: one standalone HTML player of a run, built from a shipped trace, that plays through
+every step from disk with the network off (in Debian's chromium through Playwright, when installed)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from components.export import read_trace_json
+from components.lecture import lecture_html, markdown_html, write_lecture
+from components.step_words import step_words
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "assets" / "trace_copy.json"  # 5 steps: a short play-through
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def run():
+    return read_trace_json(TRACE)
+
+
+def _frames(page: str) -> list[dict]:
+    return json.loads(re.search(r"const FRAMES = (.*);\nconst LAST", page).group(1).replace("<\\/", "</"))
+
+
+def test_builds_every_step_with_no_external_reference(run):
+    meta, steps = run
+    page = lecture_html(steps, meta)
+    frames = _frames(page)
+    assert len(frames) == len(steps)
+    for f, s in zip(frames, steps):
+        assert f["tree"]["layout"]["title"]["text"].startswith(f"Draft tree · step {s.step}")
+        assert f["mask"]["layout"]["title"]["text"].startswith(f"Mask · step {s.step}")
+        assert f["words"] == markdown_html(step_words(s, meta))
+    assert re.search(r"<script[^>]*\bsrc=", page) is None and "<link" not in page  # nothing to fetch
+    assert "Plotly" in page and f'max="{len(steps) - 1}"' in page
+
+
+def test_markdown_is_escaped():
+    assert markdown_html("**Step 1** fed `<b>` & more") == "<b>Step 1</b> fed <code>&lt;b&gt;</code> &amp; more"
+
+
+def test_no_steps_refused(run):
+    with pytest.raises(ValueError, match="at least one step"):
+        lecture_html([], run[0])
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_plays_from_disk_offline(run, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    meta, steps = run
+    path = write_lecture(steps, meta, tmp_path / "lecture.html")
+    last = len(steps) - 1
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context()
+        context.set_offline(True)
+        requested = []
+        context.route(re.compile(r"^https?://"), lambda route: (requested.append(route.request.url), route.abort()))
+        page = context.new_page()
+        page.goto(path.as_uri())
+        expect = sync_api.expect
+        expect(page.locator("#step-label")).to_have_text(f"Step 0 of {last}")
+        expect(page.locator("#tree .main-svg").first).to_be_visible()
+        page.locator("#play").click()
+        expect(page.locator("#play")).to_have_text("Pause")
+        expect(page.locator("#step-label")).to_have_text(f"Step {last} of {last}", timeout=15_000)
+        expect(page.locator("#play")).to_have_text("Play")  # stopped at the last step
+        assert page.locator("#scrub").input_value() == str(last)
+        assert f"step {last}" in page.locator("#tree .gtitle").text_content()
+        page.locator("body").press("ArrowLeft")
+        expect(page.locator("#step-label")).to_have_text(f"Step {last - 1} of {last}")
+        page.locator("body").press("ArrowRight")
+        expect(page.locator("#step-label")).to_have_text(f"Step {last} of {last}")
+        assert requested == []
+        browser.close()
