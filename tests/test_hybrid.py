@@ -225,8 +225,8 @@ def test_fixed_budget_fills_its_rows_and_traces_sources_p_and_cost(tiny_lm):
     # is often short of them, and without ESP drafts on a step nothing else ranks the whole vocabulary).
     assert max(widths) == 30 and sum(w == 30 for w in widths) >= 0.7 * len(widths), widths
     for s in run.steps:
-        assert set(s.cost) == {"budget", "rows", "cap", "expected_tokens", "reliability", "predicted_s", "measured_s",
-                               "curve"}
+        assert set(s.cost) == {"budget", "rows", "cap", "mode", "expected_tokens", "reliability", "predicted_s",
+                               "measured_s", "curve", "drift", "backoff"}
         assert s.cost["rows"] == len(s.positions) and s.cost["budget"] == 30 and s.cost["measured_s"] > 0
         drafted = [n for n in s.nodes if n.status != "root"]
         assert all(n.sources and set(n.sources) <= {"esp", "lookup", "table"} and 0 < n.p <= 1 for n in drafted)

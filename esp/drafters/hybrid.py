@@ -16,19 +16,23 @@ distributions, merged into one calibrated tree whose width is chosen every step 
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
   many to feed and where to put masks, maximising expected tokens per second under the measured curve
   (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows).
+- Back-off (`bc=auto`). `budget.Backoff` books every drafted step's measured time against plain steps and
+  runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
+  geometrically growing gaps; its docstring states the regret bound.
 Every choice is deterministic given the text and the measured times; nothing is sampled but the
 target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
 """
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass
 
 import torch
 
-from ..budget import best_rate, choose
+from ..budget import Backoff, Choice, best_rate, choose
 from ..calibrate import Calibrator, bucket
-from ..cost import CostCurve, curve_for
+from ..cost import CostCurve, curve_for, refresh
 from ..errors import ESPError
 from ..sampling import draw, top_k
 from ..sampling import probs as target_probs
@@ -62,6 +66,8 @@ class Candidate:
 
 class HybridDrafter(Drafter):
     """One calibrated, cost-budgeted tree from any subset of ESP masks, lookup and the logit table."""
+
+    backoff: Backoff | None = None  # bc=auto: made at the first prompt, then kept (it learns across prompts)
 
     def __init__(self, bc: int | str = AUTO, k: int = 1, lam: float = 0.1, init: str = "mean",
                  sources: tuple[str, ...] = (ESP, LOOKUP, TABLE), top: int = TOP, n: int = 4,
@@ -105,6 +111,12 @@ class HybridDrafter(Drafter):
     def start(self, ctx: Context) -> None:
         if self.curve is None:
             self.curve = curve_for(ctx.lm)
+        elif self.curve.stale:  # the machine's one-row time moved away from the measured curve and stayed
+            self.curve = refresh(ctx.lm, self.curve)
+        if self.bc == AUTO:
+            if self.backoff is None:
+                self.backoff = Backoff()
+            self.backoff.start()
         self.table = NGramTable(self.n, self.top)
         if TABLE in self.sources:
             self.table.seed(ctx.tokens)
@@ -118,6 +130,12 @@ class HybridDrafter(Drafter):
     # ------------------------------------------------------------------ drafting
 
     def propose(self, ctx: Context) -> Proposal:
+        self.t0 = self.clock()
+        if self.backoff is not None and not self.backoff.drafting and ctx.step > 0:
+            # Backed off: a plain step, with none of the drafting's Python.
+            self.cands, self.path_of, self.gain, self.esp_top = {}, {0: ()}, 1.0, None
+            self.choice = Choice(0, (), 1, 1.0, self.curve.predict(1))
+            return Proposal(DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]))
         self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
         tree, self.cands = self._grow(ctx)
         self.gain = gain = self.reliability[0] / self.reliability[1]
@@ -272,13 +290,24 @@ class HybridDrafter(Drafter):
                                 for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
             self.mask.update(lm, res.emitted)
             notes.ema = self.mask.state()
-        c = self.choice
-        notes.cost = {"budget": self.bc, "rows": res.layout.size, "cap": self.cap,
-                      "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(res.layout.size),
-                      "measured_s": res.forward_s, "curve": self.curve.to_dict()}
-        if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve
-            self.curve.observe(res.layout.size, res.forward_s)
+        c, rows, guard = self.choice, res.layout.size, self.backoff
+        mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
+        if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
+            if guard is not None:
+                guard.observe(rows, len(res.emitted), self.step_seconds(res), self.curve.predict(1))
+            self.curve.observe(rows, res.forward_s)
+        notes.cost = {"budget": self.bc, "rows": rows, "cap": self.cap, "mode": mode,
+                      "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(rows),
+                      "measured_s": res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
+                      "backoff": guard.state() if guard is not None else None}
         return notes
+
+    clock = staticmethod(time.perf_counter)
+
+    def step_seconds(self, res: StepResult) -> float:
+        """What this step cost, as `Backoff` books it: from the start of `propose` to now (the end of
+        `observe`), so the drafting's Python counts as well as the forward."""
+        return self.clock() - self.t0
 
     def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens, probs) of the target's top distribution after every fed node."""
