@@ -23,13 +23,18 @@ PLAIN_EMA = 0.1  # weight of each new plain step in the plain step time, once 10
 
 @dataclass(frozen=True)
 class Choice:
-    """The step's shape: the first `n` candidates, k masks on each node in `masked` (0 = root)."""
+    """The step's shape: the first `n` candidates, `k` masks on each node in `masked` (0 = root)."""
 
     n: int
     masked: tuple[int, ...]
     rows: int
     expected: float  # expected tokens this step: 1 (the bonus) + sum P + mask value
     seconds: float | None  # predicted forward time (None under a flat budget)
+    k: int = 0
+
+    def score(self) -> float:
+        """What the budget maximises: expected tokens per second, or expected tokens under a flat cost."""
+        return self.expected if self.seconds is None else self.expected / self.seconds
 
 
 def choose(
@@ -56,7 +61,7 @@ def choose(
     if cost is not None and not force_mask:
         plain = (1 + margin) / float(cost[1])
         if best_rate(p, mask_value if m_max else 0.0, cost[: max(cap, 1) + 1], 2) * (1 + 1e-9) < plain:
-            return Choice(0, (), 1, 1.0, float(cost[1]))  # exactly what the tables would pick; the slack covers rounding
+            return Choice(0, (), 1, 1.0, float(cost[1]), k)  # exactly what the tables would pick; the slack covers rounding
     full = torch.cat([p.new_ones(1), p])  # path probability per tree index, root = 1
     served = torch.zeros(n_cand + 1, n_cand + 1, dtype=torch.float64)  # [v, n]: P of v's children among the first n
     if n_cand:
@@ -83,7 +88,7 @@ def choose(
     m, n = divmod(best, n_cand + 1)
     masked = tuple(sorted(p_end[:, n].argsort(descending=True)[:m].tolist()))
     r = int(rows[m, n])
-    return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]))
+    return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]), k)
 
 
 def best_rate(p: torch.Tensor, mask_value: float, cost: torch.Tensor, lo: int) -> float:
@@ -148,7 +153,7 @@ class Backoff:
 
     def observe(self, rows: int, tokens: int, seconds: float, t1_hint: float) -> None:
         """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
-        `t1_hint` (the cost curve's t(1)) stands in for t1 until a plain step has been measured."""
+        `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured."""
         kind = "draft" if rows > 1 else "plain"
         for book in (self.prompt[kind], self.life[kind]):
             book[0] += tokens

@@ -93,7 +93,7 @@ class HybridDrafter(Drafter):
         self.mask = MaskEmbedding(k, lam, init) if self.k else None
         # Learned across prompts, like any online statistic of this model on this machine.
         self.calibrator = Calibrator()
-        self.mask_value = [1.0, 4.0]  # ESP-only accepted tokens per step with ESP drafts: [sum, steps]
+        self.mask_value = [[1.0, 4.0] for _ in range(self.k)]  # per mask j: tokens owed to its drafts, [sum, steps]
         self.reliability = [4.0, 4.0]  # accepted drafts against the sum of their P, over fed nodes
         self.table = NGramTable(n, top)
         self.buf: torch.Tensor | None = None  # the target's distributions over a block, reused step to step
@@ -141,8 +141,10 @@ class HybridDrafter(Drafter):
         self.gain = gain = self.reliability[0] / self.reliability[1]
         p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
-        value = self._mask_value()
-        c = choose(p, tree.parents[1:], self.k, value, self.cap, cost, margin=PLAIN_MARGIN)
+        # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
+        c = max((choose(p, tree.parents[1:], j, self._mask_value(j), self.cap, cost, margin=PLAIN_MARGIN)
+                 for j in range(min(self.k, 1), self.k + 1)), key=Choice.score)
+        value = self._mask_value(self.k)
         if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
@@ -154,9 +156,9 @@ class HybridDrafter(Drafter):
         self.choice = c
         fed = DraftTree(tree.tokens[: c.n + 1], tree.parents[: c.n + 1], tree.probs[: c.n + 1],
                         tree.cum_probs[: c.n + 1], sources=tree.sources[: c.n + 1], p=tree.p[: c.n + 1])
-        embeds = self.mask.embeds(ctx.lm.dtype) if self.mask else None
+        embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
-        return Proposal(fed, k=self.k, mask_embeds=embeds, masked=c.masked, head_all=True)
+        return Proposal(fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True)
 
     def _grow(self, ctx: Context) -> tuple[DraftTree, dict[int, list[Candidate]]]:
         """Best-first by P over the merged candidates, up to the cap (bc=auto: while P can still pay)."""
@@ -239,9 +241,9 @@ class HybridDrafter(Drafter):
         keys = ((srcs,), (srcs, scores), (srcs, scores, d), (srcs, scores, d, rank))
         return srcs, keys, self.calibrator.p(keys)
 
-    def _mask_value(self) -> float:
-        total, steps = self.mask_value
-        return total / steps if self.k else 0.0
+    def _mask_value(self, k: int) -> float:
+        """Expected tokens that k masks on the node where the path ends add to the next step."""
+        return sum(total / steps for total, steps in self.mask_value[:k])
 
     # ------------------------------------------------------------------ learning
 
@@ -273,9 +275,15 @@ class HybridDrafter(Drafter):
         self.reliability[1] += sum((tree.p or [1.0])[1:])
         if top is not None:
             self._harvest(ctx, res, *top)
-        if self.esp_top is not None:
-            self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:]) if tree.sources else 0
-            self.mask_value[1] += 1
+        if self.esp_top is not None and tree.sources:
+            # What ESP added: without its first ESP-only node on the accepted path, the path would have
+            # stopped there (that token becoming the bonus), so every token accepted from it on is owed to
+            # the mask that drafted its depth.
+            path = res.path[1:]
+            first = next((d for d, v in enumerate(path) if tree.sources[v] == (ESP,)), None)
+            for d, book in enumerate(self.mask_value[: len(self.esp_top)]):
+                book[0] += len(path) - d if d == first else 0
+                book[1] += 1
         notes = Notes()
         self.esp_top = None
         if self.mask:
@@ -294,7 +302,8 @@ class HybridDrafter(Drafter):
         mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
         if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
             if guard is not None:
-                guard.observe(rows, len(res.emitted), self.step_seconds(res), self.curve.predict(1))
+                secs = self.step_seconds(res)  # until a plain step is timed, the curve's shape says what one costs
+                guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
             self.curve.observe(rows, res.forward_s)
         notes.cost = {"budget": self.bc, "rows": rows, "cap": self.cap, "mode": mode,
                       "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(rows),
