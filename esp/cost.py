@@ -229,6 +229,8 @@ def refresh(lm, old: CostCurve, grid: tuple[int, ...] = GRID, repeats: int = 5) 
     e.g. longer contexts than the timed one: the next re-measure then waits twice as long, so useless
     re-measures stay O(log steps)."""
     key = old.key or curve_key(lm)
+    if _CURVES.get(key, old) is not old:  # another drafter sharing `old` has measured it again already
+        return _CURVES[key]
     new = _measured(lm, key, grid, repeats)
     same = max(new.t[0] / old.base, old.base / new.t[0]) <= 1 + DRIFT
     new.patience = old.patience * 2 if same else DRIFT_STEPS

@@ -202,8 +202,11 @@ def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, m
     monkeypatch.setenv("ESP_CACHE", str(tmp_path))
     monkeypatch.setattr(cost, "_CURVES", {})
     machine = {"t1": 1.5}  # a fake timer: what a re-measure finds on this machine now
-    monkeypatch.setattr(cost, "samples", lambda lm, grid, repeats=5: {
-        q: [machine["t1"] * (1 + 0.1 * q) + e for e in (0.0, 0.01, -0.01)] for q in (1, 2, 4)})
+
+    def fake(lm, grid, repeats=5):
+        return {q: [machine["t1"] * (1 + 0.1 * q) + e for e in (0.0, 0.01, -0.01)] for q in (1, 2, 4)}
+
+    monkeypatch.setattr(cost, "samples", fake)
     lm = tiny_lm("llama")
     old = CostCurve([1, 2, 4], [1.0, 1.1, 1.3], key=cost.curve_key(lm))
     d = HybridDrafter(curve=old)
@@ -216,6 +219,11 @@ def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, m
     assert d.curve is not old and d.curve.t[0] == pytest.approx(1.65) and d.curve.patience == DRIFT_STEPS
     saved = json.loads((tmp_path / "costs" / f"{old.key}.json").read_text())
     assert saved["t"] == pytest.approx(d.curve.t, abs=1e-6) and saved["spread"] == pytest.approx([0.01] * 3)
+    monkeypatch.setattr(cost, "samples", lambda *a, **k: pytest.fail("measured twice"))
+    other = HybridDrafter(curve=old)  # a second drafter that held the same stale curve takes the new one
+    other.start(ctx)
+    assert other.curve is d.curve
+    monkeypatch.setattr(cost, "samples", fake)
     # A re-measure that finds t(1) where it was: the drift came from elsewhere, so the next one waits longer.
     new = d.curve
     machine["t1"] = new.t[0] / 1.1
