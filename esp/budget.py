@@ -7,6 +7,8 @@ where the accepted path ends: P_end(v) = P(v) - sum of P over v's fed children. 
 worth `mask_value` tokens (what ESP's drafts add to the next step, learned online) times P_end(v).
 A fixed budget (bc=N) is the same choice with a flat cost, so it fills its N rows the way that adds the
 most expected tokens; `bc=auto` reads the machine's measured curve instead and may pick one row.
+`Backoff` then checks what `bc=auto`'s drafted steps actually earn against plain steps, and stops drafting
+(with a bounded cost of finding out) where they do not pay.
 """
 from __future__ import annotations
 
@@ -14,16 +16,25 @@ from dataclasses import dataclass
 
 import torch
 
+PLAIN_GAP = 16  # plain steps after a failed probe; doubled with each further failure in a row
+LOSS_BUDGET = 2.0  # plain steps' worth of time a probe may lose (or must gain to pass), net
+PLAIN_EMA = 0.1  # weight of each new plain step in the plain step time, once 10 have been seen
+
 
 @dataclass(frozen=True)
 class Choice:
-    """The step's shape: the first `n` candidates, k masks on each node in `masked` (0 = root)."""
+    """The step's shape: the first `n` candidates, `k` masks on each node in `masked` (0 = root)."""
 
     n: int
     masked: tuple[int, ...]
     rows: int
     expected: float  # expected tokens this step: 1 (the bonus) + sum P + mask value
     seconds: float | None  # predicted forward time (None under a flat budget)
+    k: int = 0
+
+    def score(self) -> float:
+        """What the budget maximises: expected tokens per second, or expected tokens under a flat cost."""
+        return self.expected if self.seconds is None else self.expected / self.seconds
 
 
 def choose(
@@ -50,7 +61,7 @@ def choose(
     if cost is not None and not force_mask:
         plain = (1 + margin) / float(cost[1])
         if best_rate(p, mask_value if m_max else 0.0, cost[: max(cap, 1) + 1], 2) * (1 + 1e-9) < plain:
-            return Choice(0, (), 1, 1.0, float(cost[1]))  # exactly what the tables would pick; the slack covers rounding
+            return Choice(0, (), 1, 1.0, float(cost[1]), k)  # exactly what the tables would pick; the slack covers rounding
     full = torch.cat([p.new_ones(1), p])  # path probability per tree index, root = 1
     served = torch.zeros(n_cand + 1, n_cand + 1, dtype=torch.float64)  # [v, n]: P of v's children among the first n
     if n_cand:
@@ -77,7 +88,7 @@ def choose(
     m, n = divmod(best, n_cand + 1)
     masked = tuple(sorted(p_end[:, n].argsort(descending=True)[:m].tolist()))
     r = int(rows[m, n])
-    return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]))
+    return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]), k)
 
 
 def best_rate(p: torch.Tensor, mask_value: float, cost: torch.Tensor, lo: int) -> float:
@@ -90,3 +101,87 @@ def best_rate(p: torch.Tensor, mask_value: float, cost: torch.Tensor, lo: int) -
         return 0.0
     total = float(p.sum())
     return (1.0 + total + max(mask_value, 0.0) * (1.0 + total)) / float(wide.min())
+
+
+class Backoff:
+    """Whether `bc=auto` drafts at all: the rate its drafted steps achieve, measured against plain steps.
+
+    The budget trusts calibrated P and a cost curve; either can be wrong on a prompt (P optimistic, the
+    machine loaded), and then drafted steps cost more than the tokens they bring. So every drafted step
+    (two or more rows) is booked against plain decoding: it lost `seconds - tokens * t1`, where t1 is the
+    measured time of a plain one-row step (this drafter's whole step, Python included, averaged over its
+    lifetime). A probe is a stretch of drafting; it fails when its losses, net of gains, exceed B plain
+    steps (a CUSUM: gains before a loss do not count twice), and it passes once its drafted steps have
+    gained B plain steps net. A failed probe is followed by G * 2^j plain one-row steps (j = failed probes
+    in a row before it, kept across prompts; a pass sets j = 0). Every prompt starts with a probe.
+
+    Regret bound. Let c = t(r) / t(1) for the widest block the budget picks. One probe loses at most
+    (B + c - 1) t1: it stops on the first drafted step that takes its net loss past B t1, and one step
+    loses at most (c - 1) t1 since it emits a token. If drafting never pays, a prompt of n steps holds at
+    most 1 + log2(1 + n / G) probes (the gaps between them double and sum to at most n), so it runs at
+    most (1 + log2(1 + n / G)) (B + c - 1) t1 slower than plain decoding: O(log n) plain steps. Over a
+    lifetime of P prompts and N steps, (P + log2(1 + N / G)) (B + c - 1) t1. A drafter whose proposals are
+    never accepted loses at least d t1 per drafted step, d = min over r >= 2 of t(r) / t(1) - 1, so a probe
+    fails within floor(B / d) + 1 drafted steps. Where drafting pays, a probe fails only on a run of bad
+    luck worth B plain steps, and then costs the gain it would have made over G * 2^j steps.
+    Defaults: G = 16, B = 2.
+    """
+
+    def __init__(self, gap: int = PLAIN_GAP, budget: float = LOSS_BUDGET):
+        if gap < 1 or budget <= 0:
+            raise ValueError("a back-off needs a gap of at least one step and a positive loss budget")
+        self.gap, self.budget = gap, budget
+        self.fails = 0  # failed probes in a row, across prompts
+        self.backoffs = 0  # failed probes in this drafter's lifetime
+        self.t1: float | None = None  # seconds of a plain step, measured
+        self.n1 = 0  # plain steps measured
+        self.left = 0  # plain steps still to run before the next probe
+        self.loss = self.gain = 0.0  # this probe's CUSUM of lost seconds, and its net saved seconds
+        self.life = {"draft": [0, 0.0], "plain": [0, 0.0]}  # tokens, seconds of each kind of step, lifetime
+        self.start()
+
+    def start(self) -> None:
+        """A new prompt: it opens with a probe, judged on its own steps; t1 and j carry over."""
+        self.left = 0
+        self.loss = self.gain = 0.0
+        self.prompt = {"draft": [0, 0.0], "plain": [0, 0.0]}
+
+    @property
+    def drafting(self) -> bool:
+        """False while backed off: the step should be a plain one-row step."""
+        return self.left == 0
+
+    def observe(self, rows: int, tokens: int, seconds: float, t1_hint: float) -> None:
+        """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
+        `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured."""
+        kind = "draft" if rows > 1 else "plain"
+        for book in (self.prompt[kind], self.life[kind]):
+            book[0] += tokens
+            book[1] += seconds
+        if rows <= 1:
+            self.n1 += 1
+            w = max(1.0 / self.n1, PLAIN_EMA)
+            self.t1 = seconds if self.t1 is None else self.t1 + w * (seconds - self.t1)
+            self.left = max(self.left - 1, 0)
+            return
+        t1 = self.t1 if self.t1 is not None else t1_hint
+        lost = seconds - tokens * t1
+        self.loss = max(self.loss + lost, 0.0)
+        self.gain -= lost
+        if self.loss > self.budget * t1:  # drafting is not paying here: back off, for longer each time
+            self.left = self.gap * 2 ** self.fails
+            self.fails += 1
+            self.backoffs += 1
+            self.loss = self.gain = 0.0
+        elif self.gain >= self.budget * t1:  # it pays: a later failure starts again from the shortest gap
+            self.fails = 0
+            self.gain = 0.0
+
+    def state(self) -> dict:
+        """For the trace: the plain steps left, failures in a row, this probe's books and the rates."""
+        t1 = self.t1 or 0.0
+        rate = lambda b: round(b[0] / b[1], 3) if b[1] > 0 else None  # tokens per second
+        return {"plain_left": self.left, "fails": self.fails, "backoffs": self.backoffs,
+                "loss": round(self.loss / t1, 3) if t1 else 0.0, "gain": round(self.gain / t1, 3) if t1 else 0.0,
+                "t1_s": round(t1, 6), "draft_rate": rate(self.prompt["draft"]), "plain_rate": rate(self.prompt["plain"]),
+                "draft_rate_all": rate(self.life["draft"]), "plain_rate_all": rate(self.life["plain"])}

@@ -9,7 +9,12 @@ milliseconds. Every step's measured forward then nudges the curve (machine load 
 The curve is not forced to be monotone, on purpose: on a CPU, 2-3 rows can cost more than 4-8, because
 the BLAS runs a few rows as repeated matrix-vector products and switches to a matrix-matrix kernel only
 from about 4 rows (SmolLM2's LM head: 6.9 ms for 1 row, 20.7 ms for 3, 11.7 ms for 4). A width choice
-that reads the true curve then prefers 4 rows to 2, rather than paying more for less.
+that reads the true curve then prefers 4 rows to 2, rather than paying more for less. Only falls within
+the timing noise are smoothed away (`smooth`): a fall larger than its knots' measured spread is kept.
+
+A curve measured under one load goes stale when the load changes. Each one-row step's correction moves
+t(1); when the corrected t(1) stays more than DRIFT away from the measured one for DRIFT_STEPS one-row
+steps in a row, the curve is `stale` and the drafter measures it again at its next prompt (`refresh`).
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ import torch
 from .offline import cache_root
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
+DRIFT = 0.2  # t(1) off the measured curve by more than this share ...
+DRIFT_STEPS = 32  # ... for this many one-row steps in a row: the curve is measured again
+NOISE = 1.0  # a fall between neighbouring knots within this many times their summed spreads is noise
 
 
 @dataclass
@@ -35,13 +43,26 @@ class CostCurve:
     q: list[int]
     t: list[float]
     rate: float = 0.05  # online correction: share of each step's error moved into the curve
-    key: str = ""
+    key: str = ""  # the machine setting it was measured for; a curve without one (given by hand) never goes stale
     steps: int = field(default=0, compare=False)  # online corrections so far
+    patience: int = field(default=DRIFT_STEPS, compare=False)  # one-row steps off the curve that make it stale
+    off: int = field(default=0, compare=False)  # one-row steps in a row with t(1) off by more than DRIFT
 
     def __post_init__(self):
         if len(self.q) != len(self.t) or not self.q or sorted(set(self.q)) != list(self.q) or self.q[0] < 1:
             raise ValueError("a cost curve needs increasing q >= 1 with one time each")
         self.t = [float(x) for x in self.t]
+        self.base = self.t[0]  # t(q[0]) as measured: what drift is judged against
+
+    @property
+    def drift(self) -> float:
+        """The online-corrected t(1) over the measured one."""
+        return self.t[0] / self.base
+
+    @property
+    def stale(self) -> bool:
+        """True once t(1) has stayed more than DRIFT off the measured curve for `patience` one-row steps."""
+        return bool(self.key) and self.off >= self.patience
 
     def _segment(self, rows: float) -> tuple[int, float]:
         """Knot index i and weight w so that rows sits at (1-w) q[i] + w q[i+1] (w may leave [0, 1] at the ends)."""
@@ -86,6 +107,8 @@ class CostCurve:
             self.t[i + 1] += self.rate * w * err
         self.t = [max(x, 1e-6) for x in self.t]
         self.steps += 1
+        if rows <= self.q[0]:  # only these move t(1)
+            self.off = self.off + 1 if max(self.drift, 1 / self.drift) > 1 + DRIFT else 0
 
     def to_dict(self) -> dict:
         return {"q": list(self.q), "t": [round(x, 6) for x in self.t]}
@@ -108,9 +131,38 @@ def causal_mask(q: int, past: int, dtype: torch.dtype, device: torch.device) -> 
     return m[None, None]
 
 
-@torch.inference_mode()
 def measure(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, float]:
     """Median seconds of one forward of q new rows (LM head on every row) over a `context`-token cache."""
+    return {q: statistics.median(ts) for q, ts in samples(lm, grid, context, repeats).items()}
+
+
+def spread(ts: list[float]) -> float:
+    """The timing noise of a median: the median absolute deviation of the runs."""
+    m = statistics.median(ts)
+    return statistics.median(abs(x - m) for x in ts)
+
+
+def smooth(t: list[float], noise: list[float]) -> list[float]:
+    """`t` with its noise falls pooled away: more rows never cost less, unless they measurably do.
+
+    Pool-adjacent-violators restricted to small violations: a knot lower than the one before it by at
+    most NOISE x (their spreads summed) is merged with it (the mean of the pooled knots, spreads taken as
+    the largest), repeatedly; a larger fall is real (a BLAS kernel switch) and kept."""
+    blocks: list[list[float]] = []  # [sum of times, knots, spread]
+    for x, s in zip(t, noise):
+        blocks.append([x, 1, s])
+        while len(blocks) > 1:
+            (a, na, sa), (b, nb, sb) = blocks[-2], blocks[-1]
+            fall = a / na - b / nb
+            if fall <= 0 or fall > NOISE * (sa + sb):
+                break
+            blocks[-2:] = [[a + b, na + nb, max(sa, sb)]]
+    return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+
+
+@torch.inference_mode()
+def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, list[float]]:
+    """Seconds of `repeats` timed forwards of q new rows (LM head on every row) over a `context`-token cache."""
     from .kvcache import commit
 
     g = torch.Generator().manual_seed(0)
@@ -133,7 +185,7 @@ def measure(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: i
             commit(cache, context, [])  # back to the same cache for the next timing
             if r:
                 times.append(time.perf_counter() - t)
-        out[q] = statistics.median(times)
+        out[q] = times
     return out
 
 
@@ -165,14 +217,40 @@ def curve_for(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
         except (ValueError, KeyError, TypeError):
             curve = None  # a damaged file is measured again
     if curve is None:
-        times = measure(lm, grid, repeats=repeats)
-        curve = CostCurve(list(times), list(times.values()), key=key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(curve.to_dict()))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only cache only costs a re-measure next start
+        curve = _measured(lm, key, grid, repeats)
     _CURVES[key] = curve
+    return curve
+
+
+def refresh(lm, old: CostCurve, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
+    """`lm`'s curve measured again (`old` went stale), saved and used from now on.
+
+    A re-measure that finds t(1) where `old` had it (within DRIFT) shows the drift came from elsewhere,
+    e.g. longer contexts than the timed one: the next re-measure then waits twice as long, so useless
+    re-measures stay O(log steps)."""
+    key = old.key or curve_key(lm)
+    if _CURVES.get(key, old) is not old:  # another drafter sharing `old` has measured it again already
+        return _CURVES[key]
+    new = _measured(lm, key, grid, repeats)
+    same = max(new.t[0] / old.base, old.base / new.t[0]) <= 1 + DRIFT
+    new.patience = old.patience * 2 if same else DRIFT_STEPS
+    _CURVES[key] = new
+    return new
+
+
+def _measured(lm, key: str, grid: tuple[int, ...], repeats: int) -> CostCurve:
+    """Time the grid, smooth the noise, save (with the raw medians and spreads) and return the curve."""
+    runs = samples(lm, grid, repeats=repeats)
+    raw = [statistics.median(ts) for ts in runs.values()]
+    noise = [spread(ts) for ts in runs.values()]
+    curve = CostCurve(list(runs), smooth(raw, noise), key=key)
+    path = cache_dir() / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({**curve.to_dict(), "raw": [round(x, 6) for x in raw],
+                                   "spread": [round(x, 6) for x in noise]}))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs a re-measure next start
     return curve

@@ -225,8 +225,8 @@ def test_fixed_budget_fills_its_rows_and_traces_sources_p_and_cost(tiny_lm):
     # is often short of them, and without ESP drafts on a step nothing else ranks the whole vocabulary).
     assert max(widths) == 30 and sum(w == 30 for w in widths) >= 0.7 * len(widths), widths
     for s in run.steps:
-        assert set(s.cost) == {"budget", "rows", "cap", "expected_tokens", "reliability", "predicted_s", "measured_s",
-                               "curve"}
+        assert set(s.cost) == {"budget", "rows", "cap", "mode", "expected_tokens", "reliability", "predicted_s",
+                               "measured_s", "curve", "drift", "backoff"}
         assert s.cost["rows"] == len(s.positions) and s.cost["budget"] == 30 and s.cost["measured_s"] > 0
         drafted = [n for n in s.nodes if n.status != "root"]
         assert all(n.sources and set(n.sources) <= {"esp", "lookup", "table"} and 0 < n.p <= 1 for n in drafted)
@@ -293,3 +293,20 @@ def test_embedded_model_lossless(lm, mode):
             assert run.tokens == ar.tokens, (q["category"], mode, spec)
             sources |= {src for st in run.steps for n in st.nodes if n.status == "accepted" for src in n.sources}
     assert len(sources) >= 2  # accepted drafts came from more than one source
+
+
+def test_two_masks_compete_with_one(tiny_lm):
+    """With k=2 the step may feed one or two masks per masked node, whichever adds more expected tokens:
+    mask 2's drafts are fed only while they have added tokens."""
+    lm = tiny_lm("llama")
+    prompt = _prompt(5, lm.vocab_size)
+    d = HybridDrafter(bc=16, k=2, curve=FLAT)
+    ctx = _ctx(lm, prompt, step=1)
+    d.start(ctx)
+    d.mask_value = [[40.0, 4.0], [0.0, 400.0]]  # mask 1's drafts have paid well, mask 2's never
+    one = d.propose(ctx)
+    d.mask_value = [[40.0, 4.0], [40.0, 4.0]]  # both have
+    two = d.propose(ctx)
+    assert (one.k, len(one.mask_embeds)) == (1, 1) and one.masked
+    assert (two.k, len(two.mask_embeds)) == (2, 2) and two.masked
+    assert d._mask_value(1) == pytest.approx(10.0) and d._mask_value(2) == pytest.approx(20.0)

@@ -16,19 +16,23 @@ distributions, merged into one calibrated tree whose width is chosen every step 
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
   many to feed and where to put masks, maximising expected tokens per second under the measured curve
   (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows).
+- Back-off (`bc=auto`). `budget.Backoff` books every drafted step's measured time against plain steps and
+  runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
+  geometrically growing gaps; its docstring states the regret bound.
 Every choice is deterministic given the text and the measured times; nothing is sampled but the
 target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
 """
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass
 
 import torch
 
-from ..budget import best_rate, choose
+from ..budget import Backoff, Choice, best_rate, choose
 from ..calibrate import Calibrator, bucket
-from ..cost import CostCurve, curve_for
+from ..cost import CostCurve, curve_for, refresh
 from ..errors import ESPError
 from ..sampling import draw, top_k
 from ..sampling import probs as target_probs
@@ -63,6 +67,8 @@ class Candidate:
 class HybridDrafter(Drafter):
     """One calibrated, cost-budgeted tree from any subset of ESP masks, lookup and the logit table."""
 
+    backoff: Backoff | None = None  # bc=auto: made at the first prompt, then kept (it learns across prompts)
+
     def __init__(self, bc: int | str = AUTO, k: int = 1, lam: float = 0.1, init: str = "mean",
                  sources: tuple[str, ...] = (ESP, LOOKUP, TABLE), top: int = TOP, n: int = 4,
                  match: int = 8, draft: int = 32, name: str = "hybrid", curve: CostCurve | None = None):
@@ -87,7 +93,7 @@ class HybridDrafter(Drafter):
         self.mask = MaskEmbedding(k, lam, init) if self.k else None
         # Learned across prompts, like any online statistic of this model on this machine.
         self.calibrator = Calibrator()
-        self.mask_value = [1.0, 4.0]  # ESP-only accepted tokens per step with ESP drafts: [sum, steps]
+        self.mask_value = [[1.0, 4.0] for _ in range(self.k)]  # per mask j: tokens owed to its drafts, [sum, steps]
         self.reliability = [4.0, 4.0]  # accepted drafts against the sum of their P, over fed nodes
         self.table = NGramTable(n, top)
         self.buf: torch.Tensor | None = None  # the target's distributions over a block, reused step to step
@@ -105,6 +111,12 @@ class HybridDrafter(Drafter):
     def start(self, ctx: Context) -> None:
         if self.curve is None:
             self.curve = curve_for(ctx.lm)
+        elif self.curve.stale:  # the machine's one-row time moved away from the measured curve and stayed
+            self.curve = refresh(ctx.lm, self.curve)
+        if self.bc == AUTO:
+            if self.backoff is None:
+                self.backoff = Backoff()
+            self.backoff.start()
         self.table = NGramTable(self.n, self.top)
         if TABLE in self.sources:
             self.table.seed(ctx.tokens)
@@ -118,13 +130,21 @@ class HybridDrafter(Drafter):
     # ------------------------------------------------------------------ drafting
 
     def propose(self, ctx: Context) -> Proposal:
+        self.t0 = self.clock()
+        if self.backoff is not None and not self.backoff.drafting and ctx.step > 0:
+            # Backed off: a plain step, with none of the drafting's Python.
+            self.cands, self.path_of, self.gain, self.esp_top = {}, {0: ()}, 1.0, None
+            self.choice = Choice(0, (), 1, 1.0, self.curve.predict(1))
+            return Proposal(DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]))
         self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
         tree, self.cands = self._grow(ctx)
         self.gain = gain = self.reliability[0] / self.reliability[1]
         p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
-        value = self._mask_value()
-        c = choose(p, tree.parents[1:], self.k, value, self.cap, cost, margin=PLAIN_MARGIN)
+        # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
+        c = max((choose(p, tree.parents[1:], j, self._mask_value(j), self.cap, cost, margin=PLAIN_MARGIN)
+                 for j in range(min(self.k, 1), self.k + 1)), key=Choice.score)
+        value = self._mask_value(self.k)
         if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
@@ -136,9 +156,9 @@ class HybridDrafter(Drafter):
         self.choice = c
         fed = DraftTree(tree.tokens[: c.n + 1], tree.parents[: c.n + 1], tree.probs[: c.n + 1],
                         tree.cum_probs[: c.n + 1], sources=tree.sources[: c.n + 1], p=tree.p[: c.n + 1])
-        embeds = self.mask.embeds(ctx.lm.dtype) if self.mask else None
+        embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
-        return Proposal(fed, k=self.k, mask_embeds=embeds, masked=c.masked, head_all=True)
+        return Proposal(fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True)
 
     def _grow(self, ctx: Context) -> tuple[DraftTree, dict[int, list[Candidate]]]:
         """Best-first by P over the merged candidates, up to the cap (bc=auto: while P can still pay)."""
@@ -221,9 +241,9 @@ class HybridDrafter(Drafter):
         keys = ((srcs,), (srcs, scores), (srcs, scores, d), (srcs, scores, d, rank))
         return srcs, keys, self.calibrator.p(keys)
 
-    def _mask_value(self) -> float:
-        total, steps = self.mask_value
-        return total / steps if self.k else 0.0
+    def _mask_value(self, k: int) -> float:
+        """Expected tokens that k masks on the node where the path ends add to the next step."""
+        return sum(total / steps for total, steps in self.mask_value[:k])
 
     # ------------------------------------------------------------------ learning
 
@@ -255,9 +275,15 @@ class HybridDrafter(Drafter):
         self.reliability[1] += sum((tree.p or [1.0])[1:])
         if top is not None:
             self._harvest(ctx, res, *top)
-        if self.esp_top is not None:
-            self.mask_value[0] += sum(tree.sources[i] == (ESP,) for i in res.path[1:]) if tree.sources else 0
-            self.mask_value[1] += 1
+        if self.esp_top is not None and tree.sources:
+            # What ESP added: without its first ESP-only node on the accepted path, the path would have
+            # stopped there (that token becoming the bonus), so every token accepted from it on is owed to
+            # the mask that drafted its depth.
+            path = res.path[1:]
+            first = next((d for d, v in enumerate(path) if tree.sources[v] == (ESP,)), None)
+            for d, book in enumerate(self.mask_value[: len(self.esp_top)]):
+                book[0] += len(path) - d if d == first else 0
+                book[1] += 1
         notes = Notes()
         self.esp_top = None
         if self.mask:
@@ -272,13 +298,25 @@ class HybridDrafter(Drafter):
                                 for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
             self.mask.update(lm, res.emitted)
             notes.ema = self.mask.state()
-        c = self.choice
-        notes.cost = {"budget": self.bc, "rows": res.layout.size, "cap": self.cap,
-                      "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(res.layout.size),
-                      "measured_s": res.forward_s, "curve": self.curve.to_dict()}
-        if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve
-            self.curve.observe(res.layout.size, res.forward_s)
+        c, rows, guard = self.choice, res.layout.size, self.backoff
+        mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
+        if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
+            if guard is not None:
+                secs = self.step_seconds(res)  # until a plain step is timed, the curve's shape says what one costs
+                guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
+            self.curve.observe(rows, res.forward_s)
+        notes.cost = {"budget": self.bc, "rows": rows, "cap": self.cap, "mode": mode,
+                      "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(rows),
+                      "measured_s": res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
+                      "backoff": guard.state() if guard is not None else None}
         return notes
+
+    clock = staticmethod(time.perf_counter)
+
+    def step_seconds(self, res: StepResult) -> float:
+        """What this step cost, as `Backoff` books it: from the start of `propose` to now (the end of
+        `observe`), so the drafting's Python counts as well as the forward."""
+        return self.clock() - self.t0
 
     def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens, probs) of the target's top distribution after every fed node."""
