@@ -12,6 +12,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="'embedded' (SmolLM2-135M), an offline model such as 'qwen2.5-coder-0.5b' (make qwen), "
                         "a Hub id or a local folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="the model's dtype (default: float32 on a CPU; on CUDA bfloat16 from compute capability 8.0, "
+                        "float16 below, float32 for families that overflow in float16)")
 
 
 def add_esp_args(p: argparse.ArgumentParser) -> None:

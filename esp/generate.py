@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
         fail("The prompt is empty: type some text first.")
     drafter = build(a.method, esp_defaults(a))
     sampling = Sampling(a.temperature, a.top_p, a.top_k, a.seed)
-    lm = load(a.model)
+    lm = load(a.model, dtype=a.dtype)
     dec = Decoder(lm, drafter, sampling, a.max_new_tokens, layouts=a.mask_builder)
     out = dec.generate(lm.chat_ids(a.prompt))
     s = out.summary
