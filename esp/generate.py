@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
+from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
 from .engine import Decoder
 from .methods import build
 from .models import load
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mask-builder", default="efficient", choices=["efficient", "naive"])
     p.add_argument("--trace", help="write every step's trace to this JSON file")
     a = p.parse_args(argv)
+    check_model_args(a)
     if not a.prompt.strip():
         fail("The prompt is empty: type some text first.")
     drafter = build(a.method, esp_defaults(a))
