@@ -104,8 +104,8 @@ class Decoder:
                                         max_pos=root_pos + lay.max_offset)
             logits = lm.head(hidden[lead : lead + (lay.size if prop.head_all else lay.n_nodes)])
             node_logits = logits[: lay.n_nodes]
-            forward_s = clock.elapsed()  # the forward and its head call: a point on a drafter's cost curve
             clock("verify")
+            forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
             path, bonus, top2 = check(tree, node_logits, root_pos, self.sampling)
             clock("commit")
             commit(cache, past, list(range(lead)) + [lead + i for i in path])

@@ -36,10 +36,6 @@ class Phases:
             self.seconds[self._name] = self.seconds.get(self._name, 0.0) + t - self._t
         self._name, self._t = name, t
 
-    def elapsed(self) -> float:
-        """Seconds in the running phase so far."""
-        return self.now() - self._t
-
     @contextmanager
     def within(self, name: str) -> Iterator[None]:
         """Count the block as `name`, then resume the phase that was running (e.g. a drafter's LM-head
