@@ -2,21 +2,23 @@
 
 First turn of each question, the model's chat template with the generation prompt, greedy decoding.
 tau = all generated tokens / all target forwards (prefill counted); speed-up = mean tokens/s of the
-method over the mean of `ar` (Spec-Bench's ratio of means); lossless = every question's tokens equal ar's.
+method over the mean of `ar` (Spec-Bench's ratio of means); lossless = no question's output is a failure
+against ar's under esp.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
-from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
+from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
 from .engine import Decoder, Generation
 from .errors import ESPError
 from .methods import build
 from .shard import Shard, start
+from .verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
 
 
 def load_questions(path: str, per_category: int | None) -> list[dict]:
@@ -42,12 +44,13 @@ def load_questions(path: str, per_category: int | None) -> list[dict]:
     return out
 
 
-def aggregate(rows: list[dict], methods: list[str]) -> dict:
-    """Per-question records -> the contract's results dict."""
+def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> dict:
+    """Per-question records -> the contract's results dict; `dtype` is the run's (its rounding sets what
+    counts as a near-tie)."""
     by = defaultdict(list)
     for r in rows:
         by[r["method"]].append(r)
-    ar_tokens = {r["qid"]: r["tokens"] for r in by["ar"]}
+    ar = {r["qid"]: r for r in by["ar"]}
 
     def stats(rs: list[dict], base: list[dict]) -> dict:
         tps = sum(r["tokens_per_s"] for r in rs) / len(rs)
@@ -64,12 +67,20 @@ def aggregate(rows: list[dict], methods: list[str]) -> dict:
             sub = [r for r in rs if r["category"] == cat]
             s = stats(sub, [r for r in by["ar"] if r["category"] == cat])
             cats[cat] = {"tau": s["tau"], "speedup": s["speedup"], "n": s["n"]}
+        verdict = tally([against(ar.get(r["qid"]), r, dtype) for r in rs])
         results[m] = {"tau": overall["tau"], "tokens_per_s": overall["tokens_per_s"], "speedup": overall["speedup"],
-                      "lossless": all(r["tokens"] == ar_tokens.get(r["qid"]) for r in rs), "per_category": cats}
+                      "lossless": verdict["failure"] == 0, "verdict": verdict, "per_category": cats}
         gap = alignment_gap(rs)
         if gap:
             results[m]["alignment"] = gap
     return results
+
+
+def against(base: dict | None, r: dict, dtype: str):
+    """The verdict of record `r` against the `ar` record of its question (a failure when there is none)."""
+    if base is None:
+        return Verdict(FAILURE, reason="no ar run of this question to compare with")
+    return classify(base["tokens"], base.get("top2"), r["tokens"], r.get("top2"), dtype)
 
 
 def table(results: dict, markdown: bool = False) -> str:
@@ -81,6 +92,9 @@ def table(results: dict, markdown: bool = False) -> str:
                    for m in methods] for c in cats]
     body.append(["overall"] + [f"{results[m]['tau']:.2f} / {results[m]['speedup']:.2f}x" for m in methods])
     body.append(["lossless"] + ["yes" if results[m]["lossless"] else "NO" for m in methods])
+    body.append(["exact / near-tie / failure"] + [
+        "{exact} / {near_tie} / {failure}".format(**results[m]["verdict"]) for m in methods])
+    body.append(["largest gap (rounding units)"] + [f"{results[m]['verdict']['max_gap']:.2f}" for m in methods])
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
@@ -110,7 +124,7 @@ def record(q: dict, method: str, g: Generation, align: bool) -> dict:
     """One question's result for one method: the only place records are built."""
     r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": g.tokens,
          "n_tokens": g.summary.tokens, "forwards": g.summary.forwards, "seconds": g.summary.seconds,
-         "tokens_per_s": g.summary.tokens_per_s, **widths(g)}
+         "tokens_per_s": g.summary.tokens_per_s, "top2": [t for s in g.steps for t in s.top2], **widths(g)}
     if align:
         r["align"] = alignment_sums(g)
     return r
@@ -166,54 +180,70 @@ def widths(g) -> dict:
     return {"width_mean": sum(w) / len(w), "width": {"min": w[0], "median": pick(0.5), "p90": pick(0.9), "max": w[-1]}}
 
 
-def reference_tokens(lm, ids: list[int], max_new_tokens: int) -> list[int]:
-    """transformers' own greedy decoding, the ground truth for losslessness."""
+def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[list]]:
+    """transformers' own greedy decoding, the ground truth for losslessness: its tokens and, per token, the
+    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.verdict)."""
     import torch
 
-    out = lm.model.generate(torch.tensor([ids], device=lm.device), max_new_tokens=max_new_tokens, do_sample=False)
-    return out[0, len(ids):].tolist()
+    out = lm.model.generate(torch.tensor([ids], device=lm.device), max_new_tokens=max_new_tokens, do_sample=False,
+                            output_logits=True, return_dict_in_generate=True)
+    vals, top = torch.stack(out.logits)[:, 0].float().topk(2, -1)
+    top2 = [[a, x, b, y] for (a, b), (x, y) in zip(top.tolist(), vals.tolist())]
+    return out.sequences[0, len(ids):].tolist(), top2
 
 
 def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
-              a: argparse.Namespace) -> list[tuple[int, list[dict], bool]]:
-    """This process's questions: (question index, its records for every method, ar != model.generate)."""
+              a: argparse.Namespace) -> list[tuple[int, list[dict], dict | None]]:
+    """This process's questions: (question index, its records for every method, the verdict of ar against
+    model.generate as a dict when --reference)."""
     from tqdm import tqdm
 
     mine = shard.mine(len(questions))
     prompts = {i: lm.chat_ids(questions[i]["turns"][0]) for i in mine}
     for d in drafters.values():
         for w in range(a.warmup if mine else 0):
-            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False).generate(prompts[mine[w % len(mine)]])
+            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False,
+                    timings=False).generate(prompts[mine[w % len(mine)]])
     out = []
     with tqdm(total=len(mine) * len(drafters) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
         for i in mine:
             runs: dict[str, list[dict]] = {s: [] for s in drafters}
             for _ in range(a.repeats):
                 for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                    g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align).generate(prompts[i])
+                    # No per-phase syncs: the run is timed as a whole (one sync at each end).
+                    g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
+                                timings=False).generate(prompts[i])
                     runs[s].append(record(questions[i], s, g, a.align))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
             rows = [sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2] for rs in runs.values()]
-            ar = next(r["tokens"] for r in rows if r["method"] == "ar")
-            differs = a.reference and ar != reference_tokens(lm, prompts[i], a.max_new_tokens)
-            out.append((i, rows, differs))
+            ref = None
+            if a.reference:
+                ar = next(r for r in rows if r["method"] == "ar")
+                tokens, top2 = reference(lm, prompts[i], a.max_new_tokens)
+                ref = classify(tokens, top2, ar["tokens"], ar["top2"], dtype_name(lm.dtype)).to_dict()
+            out.append((i, rows, ref))
     return out
 
 
-def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict, parts: list) -> None:
+def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict, parts: list,
+           dtype: str = "float32") -> None:
     """Print the table of every rank's records and write the files that the arguments ask for."""
     done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
     rows = [r for _, rs, _ in done for r in rs]
-    mismatched = [questions[i].get("question_id") for i, _, differs in done if differs]
-    results = aggregate(rows, list(drafters))
-    print(f"model {model}, {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
+    refs = [(questions[i].get("question_id"), ref) for i, _, ref in done if ref is not None]
+    mismatched = [qid for qid, ref in refs if ref["kind"] == FAILURE]
+    results = aggregate(rows, list(drafters), dtype)
+    print(f"model {model} ({dtype}), {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
     print(table(results))
+    kinds = Counter(ref["kind"] for _, ref in refs)
     if a.reference:
-        print(f"ar == model.generate on {len(questions) - len(mismatched)}/{len(questions)} questions"
-              + (f"; differs on {mismatched}" if mismatched else ""))
+        print(f"ar against model.generate: {kinds[EXACT]} exact, {kinds[NEAR_TIE]} near-tie, {kinds[FAILURE]} failure"
+              + (f" (failures: {mismatched})" if mismatched else ""))
     if a.json:
-        meta = {"model": model, "reference_mismatches": mismatched if a.reference else None, "methods": {s: d.describe() for s, d in drafters.items()},
+        meta = {"model": model, "dtype": dtype, "reference_mismatches": mismatched if a.reference else None,
+                "reference_verdicts": dict(refs) if a.reference else None,
+                "methods": {s: d.describe() for s, d in drafters.items()},
                 "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
@@ -247,8 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.per_category is not None and a.per_category < 1:
         fail("--per-category must be at least 1.")
-    if a.max_new_tokens < 1:
-        fail("--max-new-tokens must be at least 1.")
+    check_model_args(a)
     if a.repeats < 1:
         fail("--repeats must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]
@@ -263,13 +292,13 @@ def main(argv: list[str] | None = None) -> None:
 
     shard = start()
     try:
-        lm = load(a.model, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)
+        lm = load(a.model, device=shard.device(), dtype=a.dtype, gpus=shard.gpus() if a.device_map == "auto" else None)
         done = run_share(lm, drafters, questions, shard, a)
         parts = shard.gather(done)
     finally:
         shard.close()
     if shard.main:
-        report(a, lm.name, questions, drafters, parts)
+        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype))
     shard.leave()
 
 

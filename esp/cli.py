@@ -12,6 +12,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="'embedded' (SmolLM2-135M), an offline model such as 'qwen2.5-coder-0.5b' (make qwen), "
                         "a Hub id or a local folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--dtype", default=None,
+                   help="float32, bfloat16 or float16: the model's dtype (default: float32 on a CPU; on CUDA bfloat16 from compute capability 8.0, "
+                        "float16 below, float32 for families that overflow in float16)")
 
 
 def add_esp_args(p: argparse.ArgumentParser) -> None:
@@ -30,6 +33,16 @@ def _budget(value: str) -> int | str:
         return budget(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer or 'auto', not {value!r}") from None
+
+
+def check_model_args(a: argparse.Namespace) -> None:
+    """Fail with one line on a bad --dtype or --max-new-tokens, before anything loads."""
+    from .models import DTYPES
+
+    if a.dtype is not None and a.dtype not in DTYPES:
+        fail(f"--dtype must be one of {', '.join(DTYPES)}, not {a.dtype!r}.")
+    if a.max_new_tokens < 1:
+        fail("--max-new-tokens must be at least 1.")
 
 
 def esp_defaults(a: argparse.Namespace) -> dict:

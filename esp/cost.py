@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .offline import cache_root
+from .paths import cache_root
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
 DRIFT = 0.2  # t(1) off the measured curve by more than this share ...

@@ -1,7 +1,6 @@
 """The decoding loop shared by every method: propose -> one forward -> verify -> commit -> trace."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -13,8 +12,9 @@ from .kvcache import commit
 from .layout import Layout, make_layouts
 from .lm import LM
 from .sampling import Sampling
+from .timer import Phases
 from .trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
-from .verify import verify
+from .verify import check
 
 
 @dataclass
@@ -39,7 +39,10 @@ class Decoder:
         layouts: str = "efficient",
         align: bool = False,
         trace_mask: bool = True,
+        timings: bool = True,
     ):
+        """`timings=False` keeps the device asynchronous within a step: the trace's phase times are then
+        only when the host queued the work (exact on a CPU), and `generate` still times the whole run."""
         if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
             raise ESPError(f"max new tokens must be a positive integer, not {max_new_tokens}.")
         self.lm = lm
@@ -49,7 +52,8 @@ class Decoder:
         self.layouts = make_layouts(layouts)
         self.align = align
         self.trace_mask = trace_mask
-        self._cuda = lm.device.type == "cuda"
+        # A drafter that learns from its forwards' measured time (bc=auto) needs them honest even then.
+        self.timings = timings or getattr(self.drafter, "times_forward", False)
 
     def check_prompt(self, prompt_ids: list[int]) -> None:
         """Reject prompts the model cannot take, with one clear sentence."""
@@ -62,11 +66,6 @@ class Decoder:
                 f"({self.lm.max_context}) leaves room for at most {max(room, 0)} with "
                 f"{self.max_new_tokens} new tokens: shorten it or ask for fewer tokens."
             )
-
-    def _now(self) -> float:
-        if self._cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
 
     @torch.inference_mode()
     def stream(self, prompt_ids: list[int], n_prompt: int | None = None) -> Iterator[StepTrace]:
@@ -84,48 +83,49 @@ class Decoder:
         pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
         past = produced = 0
         while True:
-            t0 = self._now()
-            h0 = lm.head_seconds
+            clock = Phases(lm.device, self.timings)
+            clock("draft")
             prop = self.drafter.propose(ctx)
-            t1 = self._now()
+            clock("mask")
             tree = prop.tree
             lay = self.layouts.layout(tree.parents, prop.k, prop.extra, prop.masked)
             lead = len(pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
             root_pos = past + lead
-            positions = torch.cat([torch.arange(past, root_pos), root_pos + lay.offsets]).to(lm.device)
+            offsets = lay.on(lm.device, lm.dtype)[1]
             if lead:
+                positions = torch.cat([torch.arange(past, root_pos, device=lm.device), root_pos + offsets])
                 mask = _with_lead(lay, lead, lm.dtype, lm.device)
             else:
+                positions = root_pos + offsets
                 mask = self.layouts.additive(lay, past, lm.dtype, lm.device)
             embeds = self._embeds(pending, prop, lay)
-            t2 = self._now()
-            hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align)
-            t3 = self._now()
-            h1 = lm.head_seconds
+            clock("forward")
+            hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align,
+                                        max_pos=root_pos + lay.max_offset)
             logits = lm.head(hidden[lead : lead + (lay.size if prop.head_all else lay.n_nodes)])
             node_logits = logits[: lay.n_nodes]
-            path, bonus = verify(tree, node_logits, root_pos, self.sampling)
-            t4 = self._now()
-            h2 = lm.head_seconds
+            clock("verify")
+            forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
+            path, bonus, top2 = check(tree, node_logits, root_pos, self.sampling)
+            clock("commit")
             commit(cache, past, list(range(lead)) + [lead + i for i in path])
-            t5 = self._now()
+            clock("draft")
             drafted = [tree.tokens[i] for i in path[1:]]
             emitted = self._cut(drafted + [bonus], produced)
             ctx.tokens.extend(emitted)
             res = StepResult(
                 prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
                 node_logits, path, bonus, root_pos, emitted,
-                None if layers is None or not lead else tuple(h[:lead] for h in layers), t3 - t2 + h2 - h1,
-                logits if prop.head_all else None,
+                None if layers is None or not lead else tuple(h[:lead] for h in layers), forward_s,
+                logits if prop.head_all else None, clock,
             )
             notes = self.drafter.observe(ctx, res)
-            t6 = self._now()
-            head = lm.head_seconds - h0  # the LM head is model time wherever a drafter calls it
-            timings = {"draft": t1 - t0 + t6 - t5 - (head - (h2 - h1)), "mask": t2 - t1, "forward": t3 - t2 + head,
-                       "verify": t4 - t3 - (h2 - h1), "commit": t5 - t4}
+            clock("trace")
             produced += len(emitted)
             done = produced >= self.max_new_tokens or any(t in lm.eos_ids for t in emitted)
-            yield self._trace(ctx, res, past, drafted, notes, timings, lead > 0)
+            trace = self._trace(ctx, res, past, drafted, notes, lead > 0, top2[: len(emitted)])
+            trace.timings = clock.done()
+            yield trace
             if done:
                 return
             past += lead + len(path)
@@ -149,10 +149,9 @@ class Decoder:
                 break
         return out
 
-    def _trace(self, ctx: Context, res: StepResult, past: int, drafted: list[int], notes: Notes,
-               timings: dict[str, float], prefill: bool) -> StepTrace:
+    def _trace(self, ctx: Context, res: StepResult, past: int, drafted: list[int], notes: Notes, prefill: bool,
+               top2: list[list]) -> StepTrace:
         lm, tree, lay = self.lm, res.proposal.tree, res.layout
-        t0 = time.perf_counter()
         on_path = set(res.path)
         depths = tree.depths
         own = [self.drafter.source] if self.drafter.source else []
@@ -173,25 +172,22 @@ class Decoder:
         kinds = lay.kinds()
         if res.proposal.extra is not None:
             kinds = kinds[: len(kinds) - lay.n_extra] + [res.proposal.extra.kind] * lay.n_extra
-        mask = []
-        if self.trace_mask:
-            vis = torch.cat([torch.ones(lay.size, 1, dtype=torch.bool), lay.visible], 1)
-            mask = vis.tolist()
-        timings["trace"] = time.perf_counter() - t0
-        timings["total"] = sum(timings.values())
+        offsets, visible = lay.host()
+        mask = [[True] + row for row in visible] if self.trace_mask else []
         return StepTrace(
             step=ctx.step, method=self.drafter.name, n_past=past, root=tree.tokens[0], nodes=nodes,
             accepted=drafted, bonus=res.bonus, emitted=res.emitted, emitted_text=[lm.text(t) for t in res.emitted],
-            row_labels=labels, row_kinds=kinds, positions=(res.root_pos + lay.offsets).tolist(), mask=mask,
-            accepted_rows=list(res.path), shape=tree.shape(), timings=timings, ema=notes.ema,
-            alignment=notes.alignment, prefill=prefill, cost=notes.cost,
+            row_labels=labels, row_kinds=kinds, positions=[res.root_pos + o for o in offsets], mask=mask,
+            accepted_rows=list(res.path), shape=tree.shape(), timings={}, ema=notes.ema,
+            alignment=notes.alignment, prefill=prefill, cost=notes.cost, top2=top2,
         )
 
     def generate(self, prompt_ids: list[int]) -> Generation:
         """Run to the end and return tokens, text, traces and summary."""
-        start = self._now()
+        clock = Phases(self.lm.device)  # one device sync at each end, whatever `timings` says
+        start = clock.now()
         steps = list(self.stream(prompt_ids))
-        seconds = self._now() - start
+        seconds = clock.now() - start
         tokens = [t for s in steps for t in s.emitted]
         text = self.lm.tokenizer.decode(tokens, skip_special_tokens=True)
         return Generation(tokens, text, steps, summarize(self.drafter.name, steps, seconds))
@@ -200,10 +196,9 @@ class Decoder:
 def _with_lead(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Prefill mask: `lead` prompt rows causal among themselves, then the block, which sees them all."""
     q = lead + lay.size
-    vis = torch.zeros(q, q, dtype=torch.bool)
-    vis[:lead, :lead] = torch.ones(lead, lead, dtype=torch.bool).tril()
-    vis[lead:, :lead] = True
-    vis[lead:, lead:] = lay.visible
-    out = torch.zeros(q, q, dtype=dtype)
-    out.masked_fill_(~vis, torch.finfo(dtype).min)
-    return out.to(device)[None, None]
+    low = torch.finfo(dtype).min
+    out = torch.full((q, q), low, dtype=dtype, device=device)
+    out[:lead, :lead] = torch.full((lead, lead), low, dtype=dtype, device=device).triu(1)
+    out[lead:, :lead] = 0
+    out[lead:, lead:] = lay.on(device, dtype)[0]
+    return out[None, None]

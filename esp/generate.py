@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import add_esp_args, add_model_args, esp_defaults, fail, run_main
+from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
 from .engine import Decoder
 from .methods import build
 from .models import load
@@ -24,11 +24,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mask-builder", default="efficient", choices=["efficient", "naive"])
     p.add_argument("--trace", help="write every step's trace to this JSON file")
     a = p.parse_args(argv)
+    check_model_args(a)
     if not a.prompt.strip():
         fail("The prompt is empty: type some text first.")
     drafter = build(a.method, esp_defaults(a))
     sampling = Sampling(a.temperature, a.top_p, a.top_k, a.seed)
-    lm = load(a.model)
+    lm = load(a.model, dtype=a.dtype)
     dec = Decoder(lm, drafter, sampling, a.max_new_tokens, layouts=a.mask_builder)
     out = dec.generate(lm.chat_ids(a.prompt))
     s = out.summary

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from .device import to_device
+
 
 def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:
     """Keep the first `past` cached tokens and then block rows `rows` (increasing), drop the rest."""
@@ -18,6 +20,6 @@ def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:
         for name in ("keys", "values"):
             t = getattr(layer, name)
             if t.device not in on:
-                on[t.device] = idx.to(t.device)
+                on[t.device] = to_device(idx, t.device)
             t[..., past:keep, :] = t.index_select(-2, on[t.device])
             setattr(layer, name, t[..., :keep, :])

@@ -13,11 +13,12 @@ the paper's ablation.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable
 
 import torch
 
+from .device import canonical, to_device
 from .errors import ESPError
 
 
@@ -43,6 +44,30 @@ class Layout:
     k: int  # masks per masked node
     n_extra: int
     owners: tuple[int, ...] = ()  # the nodes that carry masks, in block order
+    # What steps of this shape reuse: host lists for traces and device tensors for the forward (a cached
+    # layout is built once per tree shape, so these are too).
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def host(self) -> tuple[list[int], list[list[bool]]]:
+        """Offsets and visibility as Python lists (read without touching a tensor again)."""
+        if "host" not in self._memo:
+            self._memo["host"] = (self.offsets.tolist(), self.visible.tolist())
+        return self._memo["host"]
+
+    @property
+    def max_offset(self) -> int:
+        return max(self.host()[0])
+
+    def on(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, B) additive block mask in `dtype` (0 visible, dtype-min blocked) and the (B,) offsets, on
+        `device`: copied there once, then reused by every step of this shape."""
+        key = (canonical(device), dtype)
+        hit = self._memo.get(key)
+        if hit is None:
+            vis = to_device(self.visible, key[0])
+            block = torch.zeros(vis.shape, dtype=dtype, device=key[0]).masked_fill_(~vis, torch.finfo(dtype).min)
+            hit = self._memo[key] = (block, to_device(self.offsets, key[0]))
+        return hit
 
     def mask_rows(self, node: int) -> list[int]:
         """Rows of node's masks 1..k (none if the node carries no masks)."""
@@ -169,7 +194,7 @@ class EfficientLayouts:
     def additive(self, layout: Layout, n_prefix: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """(1, 1, B, n_prefix + B) additive mask: 0 where visible, dtype-min where blocked."""
         b = layout.size
-        buf = self._buf
+        buf, device = self._buf, canonical(device)
         if buf is None or buf.dtype != dtype or buf.device != device or buf.shape[0] < b or buf.shape[1] < n_prefix + b:
             rows = max(b, 64 if buf is None else buf.shape[0])
             cols = max(2 * (n_prefix + b), 1024)
@@ -177,9 +202,7 @@ class EfficientLayouts:
             self._dirty = (0, 0)
         lo, hi = self._dirty
         buf[:, lo:hi] = 0
-        block = torch.zeros(b, b, dtype=dtype, device=device)
-        block.masked_fill_(~layout.visible.to(device), torch.finfo(dtype).min)
-        buf[:b, n_prefix : n_prefix + b] = block
+        buf[:b, n_prefix : n_prefix + b] = layout.on(device, dtype)[0]
         self._dirty = (n_prefix, n_prefix + b)
         return buf[:b, : n_prefix + b][None, None]
 

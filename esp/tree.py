@@ -67,9 +67,12 @@ class DraftTree:
         return [depths.count(d) for d in range(1, max(depths, default=0) + 1)]
 
 
-def _ranked(dist: torch.Tensor, n: int) -> tuple[list[int], list[float]]:
-    p, t = torch.topk(dist, min(n, dist.numel()))
-    return t.tolist(), p.tolist()
+def _ranked(dists: torch.Tensor, n: int) -> list[tuple[list[int], list[float]]]:
+    """Per row of (depth, V) draft distributions, its `n` best (tokens, probs): one topk, one host read."""
+    p, t = torch.topk(dists, min(n, dists.shape[-1]), dim=-1)
+    both = torch.cat([t.to(p.dtype), p], -1).tolist()  # ids are exact in float32 below 2^24
+    n = t.shape[-1]
+    return [([int(x) for x in row[:n]], row[n:]) for row in both]
 
 
 def static_tree(root: int, dists: torch.Tensor, shape: list[int]) -> DraftTree:
@@ -80,8 +83,9 @@ def static_tree(root: int, dists: torch.Tensor, shape: list[int]) -> DraftTree:
     """
     tree = DraftTree.root_only(root)
     parent = 0
+    ranked = _ranked(dists[: len(shape)], max(shape) + 1)
     for depth, width in enumerate(shape):
-        toks, probs = _ranked(dists[depth], width + 1)
+        toks, probs = ranked[depth][0][: width + 1], ranked[depth][1][: width + 1]
         added: list[int] = []
         for tok, p in zip(toks, probs):
             if len(added) == width:
@@ -143,5 +147,5 @@ def dynamic_tree(root: int, dists: torch.Tensor, n_nodes: int) -> DraftTree:
     under prefixes (children never beat parents).
     """
     k = dists.shape[0]
-    ranked = [_ranked(dists[d], n_nodes + 1) for d in range(k)]
+    ranked = _ranked(dists, n_nodes + 1)
     return best_first(root, lambda tree, node, d: ranked[d] if d < k else ([], []), n_nodes, prune_repeats=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 EXACT, NEAR_TIE, FAILURE = "exact", "near_tie", "failure"
 TIE_ULPS = 4  # rounding units a near-tie may span; a few units cover a reduction's reordering error
-MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23}
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
 
 Top2 = list  # [id1, logit1, id2, logit2] of the row that chose one emitted token
 
@@ -30,7 +30,7 @@ Top2 = list  # [id1, logit1, id2, logit2] of the row that chose one emitted toke
 def dtype_name(dtype) -> str:
     """'bfloat16' / 'float16' / 'float32' from a torch dtype or its name ('torch.bfloat16', 'bf16', ...)."""
     name = str(dtype).replace("torch.", "")
-    name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}.get(
+    name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32", "double": "float64"}.get(
         name, name)
     if name not in MANTISSA_BITS:
         raise ValueError(f"no rounding rule for dtype {dtype!r}: use one of {', '.join(MANTISSA_BITS)}.")

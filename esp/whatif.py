@@ -18,6 +18,7 @@ from .lm import LM
 from .sampling import Sampling
 from .trace import StepTrace
 from .tree import DraftTree
+from .verdict import NEAR_TIE, classify, dtype_name
 
 
 class _NoTreeAtResume(Drafter):
@@ -68,6 +69,19 @@ def whatif_step(lm: LM, drafter: Drafter, prompt_ids: Sequence[int], steps: Sequ
         alt = next(stream, None)
     finally:
         stream.close()
-    if alt is None or resumed.emitted != [steps[i].root]:
+    if alt is None:
         raise ESPError(f"Step {i} cannot be re-run: the text ended at its root.")
+    if resumed.emitted != [steps[i].root]:
+        raise ESPError(f"Step {i} cannot be re-run from the same root: {_root_mismatch(lm, steps[i], steps[i - 1], resumed)}")
     return replace(alt, step=i)
+
+
+def _root_mismatch(lm: LM, step: StepTrace, before: StepTrace, resumed: StepTrace) -> str:
+    """Why the replay's root differs from the stored one, in esp.verdict's words: a rounding near-tie that
+    a reduced-precision replay may flip, or a real difference."""
+    stored = before.top2[-1:] or None  # the stored root was the previous step's last emitted token
+    v = classify([step.root], stored, resumed.emitted[:1], resumed.top2[:1] or None, dtype_name(lm.dtype))
+    if v.kind == NEAR_TIE:
+        return (f"the replay chose another token there, a near-tie in {dtype_name(lm.dtype)} "
+                f"({v.gap:.1f} rounding units) that the replay's different batch shape flipped.")
+    return f"the replay chose another token there ({v.reason}); the stored trace is from another model or settings."

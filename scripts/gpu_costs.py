@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from esp.device import canonical  # noqa: E402
 from esp.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
 
 SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
@@ -66,7 +67,7 @@ def main() -> None:
         sys.exit("error: no CUDA device here; the 8B-shaped models need a GPU (use --tiny for a CPU check).")
     repeats, n_prompts, tokens = a.repeats or (2 if a.tiny else 15), a.prompts or (1 if a.tiny else 4), a.tokens or (8 if a.tiny else 64)
     context = min(a.context, 64) if a.tiny else a.context
-    device = torch.device("cuda" if cuda else "cpu")
+    device = canonical("cuda" if cuda else "cpu")  # "cuda:0": the layout buffer's device compares equal
     dtype = torch.float32 if a.tiny and not cuda else torch.bfloat16
     start = time.perf_counter()
     out = {"device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",

@@ -32,7 +32,7 @@ def merge(runs: list[dict], order: list[str] | None = None) -> dict:
     qids = list(dict.fromkeys(r["qid"] for r in records))
     records.sort(key=lambda r: (qids.index(r["qid"]), order.index(r["method"])))
     meta = dict(runs[0]["meta"], methods=methods, questions=len(qids), merged_from=len(runs))
-    return {"results": aggregate(records, order), "meta": meta, "records": records}
+    return {"results": aggregate(records, order, meta.get("dtype", "float32")), "meta": meta, "records": records}
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
     (["esp.generate", "--prompt", "hi", "--lam", "2"], "lambda"),
     (["esp.generate", "--prompt", "hi", "--model", "no such model"], "Unknown model"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of float32, bfloat16, float16"),
+    (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
 ])
 def test_bad_arguments_exit_nonzero_with_one_line(args, needle):
     r = _run(*args)
@@ -54,8 +56,16 @@ def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
         assert all(c["n"] == 1 for c in r["per_category"].values())
     assert res["ar"]["tau"] == 1.0 and res["ar"]["speedup"] == 1.0
     assert res["esp:k=1:bc=10"]["tau"] > 1.0
+    for r in res.values():  # float32: exact on every question, not merely "no failure"
+        assert r["verdict"] == {"exact": 2, "near_tie": 0, "failure": 0, "max_gap": 0.0}
+    data = json.loads(out.read_text())
+    assert data["meta"]["dtype"] == "float32"
+    for rec in data["records"]:  # the top-2 of the row that chose every emitted token, the chosen one first
+        assert len(rec["top2"]) == rec["n_tokens"]
+        assert [t[0] for t in rec["top2"]] == rec["tokens"] and all(t[1] >= t[3] for t in rec["top2"])
     printed = capsys.readouterr().out
     assert "overall" in printed and "esp:k=1:bc=10" in printed
+    assert "exact / near-tie / failure" in printed and "2 / 0 / 0" in printed
     assert (tmp_path / "t.md").read_text().startswith("| category |")
 
 
@@ -86,6 +96,28 @@ def test_aggregate_is_pooled_tau_and_ratio_of_means():
     assert r["speedup"] == pytest.approx(30 / 20)
     assert r["per_category"]["a"] == {"tau": 2.0, "speedup": 3.0, "n": 1}
     assert r["lossless"] is False
+
+
+def test_aggregate_counts_exact_near_tie_and_failure_in_the_run_s_dtype():
+    """bf16 at logits in [16, 32) has a rounding unit of 0.125: a flip between two tokens 0.25 apart is a
+    near-tie (2 units); a flip to a token 2.0 behind (16 units) is a failure, as is one outside the top 2."""
+    ar_top2 = [[5, 20.0, 6, 19.75], [7, 20.0, 8, 18.0], [1, 20.0, 2, 10.0]]
+    base = {"category": "a", "method": "ar", "n_tokens": 3, "forwards": 3, "tokens_per_s": 1.0}
+    rows = [dict(base, qid=q, tokens=[5, 7, 1], top2=ar_top2) for q in range(4)]
+    x = dict(base, method="x")
+    rows += [dict(x, qid=0, tokens=[5, 7, 1], top2=ar_top2),
+             dict(x, qid=1, tokens=[6, 7, 1], top2=[[6, 20.0, 5, 19.875]] + ar_top2[1:]),
+             dict(x, qid=2, tokens=[5, 8, 1], top2=[ar_top2[0], [8, 20.0, 7, 19.0], ar_top2[2]]),
+             dict(x, qid=3, tokens=[5, 7, 3], top2=ar_top2[:2] + [[3, 20.0, 1, 19.9]])]
+    r = bench.aggregate(rows, ["ar", "x"], "bfloat16")
+    assert r["ar"]["verdict"] == {"exact": 4, "near_tie": 0, "failure": 0, "max_gap": 0.0} and r["ar"]["lossless"]
+    assert r["x"]["verdict"] == {"exact": 1, "near_tie": 1, "failure": 2, "max_gap": 16.0}
+    assert r["x"]["lossless"] is False
+    only_tie = bench.aggregate(rows[:6], ["ar", "x"], "bfloat16")["x"]
+    assert only_tie["lossless"] is True and only_tie["verdict"]["near_tie"] == 1
+    assert bench.aggregate(rows[:6], ["ar", "x"], "float32")["x"]["verdict"]["failure"] == 1  # fp32: 2^16 units
+    table = bench.table(r)
+    assert "1 / 1 / 2" in table and "16.00" in table
 
 
 def test_engine_rejects_empty_and_overlong_prompts(lm):

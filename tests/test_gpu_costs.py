@@ -45,3 +45,25 @@ def test_gpu_costs_refuses_a_cpu_without_tiny(tmp_path):
                        capture_output=True, text=True, timeout=120)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode != 0 and len(lines) == 1 and "no CUDA device" in lines[0]
+
+
+def test_gpu_verdict_tiny_runs_every_method_through_the_verdict(tmp_path):
+    out = tmp_path / "verdict.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_verdict.py", "--tiny", "--json", str(out)], cwd=ROOT,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["ok"] is True and set(res["dtypes"]) == {"float32", "bfloat16"}
+    methods = {"ar", "pld", "stand", "lade", "esp:k=2:bc=60", "hybrid:bc=60"}
+    for name, d in res["dtypes"].items():
+        assert set(d["verdict"]) == methods and d["ok"] is True
+        for v in d["verdict"].values():
+            assert v["failure"] == 0 and v["exact"] + v["near_tie"] == res["questions"]
+    assert all(v["exact"] == res["questions"] for v in res["dtypes"]["float32"]["verdict"].values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_gpu_check_script_refuses_a_machine_without_cuda(tmp_path):
+    r = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path)))
+    assert r.returncode == 1 and "no CUDA" in r.stderr and not list(tmp_path.iterdir())

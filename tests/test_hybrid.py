@@ -202,9 +202,9 @@ def test_one_head_call_covers_nodes_and_masks(tiny_lm):
     class Spy(HybridDrafter):
         def observe(self, ctx, res):
             seen.append(res)
-            calls = lm.head_seconds
+            calls = lm.head_calls
             notes = super().observe(ctx, res)
-            assert lm.head_seconds == calls  # the masks' logits came with the nodes' head call
+            assert lm.head_calls == calls  # the masks' logits came with the nodes' head call
             return notes
 
     Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=10).generate(_prompt(4, lm.vocab_size))

@@ -43,3 +43,17 @@ def test_bad_step_is_one_clear_line(lm, stored):
         whatif_step(lm, build("ar"), ids, steps, 0)
     with pytest.raises(ESPError, match="from 1 to"):
         whatif_step(lm, build("ar"), ids, steps, len(steps))
+
+
+def test_a_stored_root_the_replay_does_not_choose_is_a_failure_not_a_near_tie(lm, stored):
+    """The root check uses esp.verdict: a root outside the replay's top two is named as a real difference."""
+    from dataclasses import replace
+
+    ids, steps = stored
+    real = steps[2].root
+    fake = next(t for t in range(5, 50) if t not in steps[1].top2[-1][::2])
+    tampered = steps[:2] + [replace(steps[2], root=fake)] + steps[3:]
+    assert steps[1].top2[-1][0] == real  # the stored top-2 of the row that chose the root, chosen first
+    with pytest.raises(ESPError, match=r"cannot be re-run from the same root: .*not each other's runner-up") as e:
+        whatif_step(lm, build("ar"), ids, tampered, 2, max_new_tokens=24)
+    assert "near-tie" not in str(e.value)

@@ -8,6 +8,7 @@ import torch
 from ..layout import Extra, Layout
 from ..lm import LM
 from ..sampling import Sampling
+from ..timer import Phases
 from ..tree import DraftTree
 
 
@@ -53,12 +54,16 @@ class StepResult:
     prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
     forward_s: float = 0.0  # seconds of the block's forward and its LM-head call (node rows, or every row under head_all)
     block_logits: torch.Tensor | None = None  # (B, V) logits of every block row, when the proposal asked
+    clock: Phases | None = None  # the step's phase timer: a drafter's LM-head call counts as model time
 
     def logits(self, rows: list[int], lm: LM) -> torch.Tensor:
         """Target logits at block rows `rows`: from the step's own head call when it covered them."""
         if self.block_logits is not None:
             return self.block_logits[rows]
-        return lm.head(self.hidden[rows])
+        if self.clock is None:
+            return lm.head(self.hidden[rows])
+        with self.clock.within("forward"):
+            return lm.head(self.hidden[rows])
 
 
 @dataclass
@@ -75,6 +80,9 @@ class Drafter:
 
     name = "ar"
     source: str | None = None  # what every drafted node's trace names as its source (esp.trace.SOURCES)
+    # True for a drafter that learns from StepResult.forward_s (a measured cost curve): the decoder then
+    # times each forward with a device sync even when step timings are off.
+    times_forward: bool = False
 
     def start(self, ctx: Context) -> None:
         """Reset for a new prompt (ctx.tokens is the prompt)."""

@@ -100,19 +100,23 @@ class MaskEmbedding:
         self.update(ctx.lm, ctx.tokens[ctx.n_prompt :])
 
     def update(self, lm, tokens: list[int]) -> None:
-        """m <- m + lambda (e(x) - m) for each emitted token x, in order."""
+        """m <- m + lambda (e(x) - m) for each emitted token x, in order, in closed form:
+        after n tokens m = (1-l)^n m + sum_i l (1-l)^(n-1-i) e_i."""
         if not tokens:
             return
-        for x in lm.embed(tokens).to(self.m.dtype):
-            self.m += self.lam * (x - self.m)
+        e = lm.embed(tokens).to(self.m.dtype)
+        keep = (1 - self.lam) ** torch.arange(len(tokens) - 1, -1, -1, dtype=torch.float64)
+        w = (self.lam * keep).to(device=e.device, dtype=e.dtype)
+        self.m.mul_((1 - self.lam) ** len(tokens)).add_(w @ e)
 
     def embeds(self, dtype: torch.dtype) -> torch.Tensor:
         return self.m.to(dtype)
 
     def state(self) -> dict[str, float]:
         """What the trace shows of m: its norm and how far it has turned from its start."""
-        return {"norm": float(self.m.norm(dim=-1).mean()),
-                "cos_init": float(torch.cosine_similarity(self.m, self.m0, dim=-1).mean())}
+        norm, cos = torch.stack([self.m.norm(dim=-1).mean(),
+                                 torch.cosine_similarity(self.m, self.m0, dim=-1).mean()]).tolist()  # one read
+        return {"norm": norm, "cos_init": cos}
 
 
 class ESPDrafter(Drafter):

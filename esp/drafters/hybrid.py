@@ -102,6 +102,11 @@ class HybridDrafter(Drafter):
     def source(self) -> str | None:
         return self.sources[0] if len(self.sources) == 1 else None
 
+    @property
+    def times_forward(self) -> bool:
+        """bc=auto learns the cost curve from each forward's measured time (see Drafter.times_forward)."""
+        return self.bc == AUTO
+
     def describe(self) -> str:
         lam = f" lam={self.mask.lam}" if self.mask else ""
         return f"{self.name} bc={self.bc} sources={'+'.join(self.sources)}" + (f" k={self.k}{lam}" if self.k else "")

@@ -1,0 +1,21 @@
+"""Host-to-device copies that do not stall the host, and device names that compare equal."""
+from __future__ import annotations
+
+import torch
+
+
+def canonical(device: torch.device | str) -> torch.device:
+    """`device` with its index: torch.device("cuda") != torch.device("cuda:0"), though they are one GPU."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """A host list (or CPU tensor) on `device`: through pinned memory and a non-blocking copy on CUDA, so
+    the host queues the copy and moves on; a plain tensor on the CPU."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)

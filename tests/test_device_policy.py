@@ -1,0 +1,86 @@
+"""Device policy (dtype per device, capability and model family), Qwen3's chat prompts, and the step timer."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from esp.errors import ESPError
+from esp.lm import LM
+from esp.models import dtype_policy
+from esp.timer import Phases
+
+
+@pytest.mark.parametrize("device,cap,family,want", [
+    ("cpu", None, "llama", torch.float32),
+    ("cpu", None, "gemma3_text", torch.float32),
+    ("cuda", (9, 0), "llama", torch.bfloat16),  # H100 / H200
+    ("cuda", (8, 0), "qwen3", torch.bfloat16),  # A100: the first with bf16 tensor cores
+    ("cuda", (8, 6), "gemma3_text", torch.bfloat16),  # A10G: bf16 keeps Gemma in range
+    ("cuda", (7, 5), "llama", torch.float16),  # T4
+    ("cuda", (7, 5), "qwen2", torch.float16),
+    ("cuda", (7, 5), "gemma3_text", torch.float32),  # Gemma overflows float16
+    ("cuda", (7, 0), "gemma2", torch.float32),
+    ("cuda", (6, 1), None, torch.float16),
+])
+def test_dtype_policy(device, cap, family, want):
+    assert dtype_policy(device, cap, family) == want
+
+
+def test_an_explicit_dtype_overrides_the_policy_and_a_bad_one_is_one_line():
+    assert dtype_policy("cpu", None, "llama", "bfloat16") == torch.bfloat16
+    assert dtype_policy("cuda", (7, 5), "gemma3_text", "float16") == torch.float16
+    with pytest.raises(ESPError, match="dtype must be one of float32, bfloat16, float16, not 'fp8'"):
+        dtype_policy("cpu", explicit="fp8")
+
+
+class _ChatTokenizer:
+    """Records what apply_chat_template was asked; its template names enable_thinking when `thinks`."""
+
+    eos_token_id = None
+
+    def __init__(self, thinks: bool):
+        self.chat_template = "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}" if thinks else "{{ messages }}"
+        self.kwargs = None
+
+    def apply_chat_template(self, messages, **kwargs):
+        self.kwargs = kwargs
+        return [1, 2, 3]
+
+
+@pytest.mark.parametrize("thinks", [True, False])
+def test_chat_prompts_turn_thinking_off_where_the_template_thinks(tiny_lm, thinks):
+    base = tiny_lm("qwen3")
+    tok = _ChatTokenizer(thinks)
+    lm = LM(base.model, tok, "stub")
+    assert lm.chat_ids("hi") == [1, 2, 3]
+    assert tok.kwargs["add_generation_prompt"] is True
+    assert ("enable_thinking" in tok.kwargs) == thinks and tok.kwargs.get("enable_thinking", False) is False
+
+
+def test_phases_time_named_phases_and_lend_time_to_another():
+    clock = Phases("cpu", sync=True)
+    clock("draft")
+    time.sleep(0.01)
+    with clock.within("forward"):
+        time.sleep(0.02)
+    clock("verify")
+    out = clock.done()
+    assert set(out) == {"draft", "forward", "verify", "total"}
+    assert out["forward"] >= 0.02 and 0.01 <= out["draft"] < out["forward"] + 0.01
+    assert out["total"] == pytest.approx(out["draft"] + out["forward"] + out["verify"])
+
+
+def test_decoder_timings_off_keeps_the_same_tokens_and_phases(tiny_lm):
+    from esp.engine import Decoder
+    from esp.methods import build
+
+    lm = tiny_lm("llama")
+    prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    on = Decoder(lm, build("esp:k=2:bc=30"), max_new_tokens=12).generate(prompt)
+    off = Decoder(lm, build("esp:k=2:bc=30"), max_new_tokens=12, timings=False).generate(prompt)
+    assert on.tokens == off.tokens and len(on.steps) == len(off.steps)
+    for s in on.steps + off.steps:
+        assert set(s.timings) == {"draft", "mask", "forward", "verify", "commit", "trace", "total"}
+    assert Decoder(lm, build("hybrid:bc=auto"), timings=False).timings is True  # bc=auto learns from its forwards

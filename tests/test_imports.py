@@ -1,0 +1,102 @@
+"""esp's modules import one another without a circle: the model loader, the offline models, the cost
+curves and the CLIs stack in layers (issue 15 item 7)."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "esp"
+
+
+def _module(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":` runs only when the file is the program, not when it is imported."""
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+def _imports(path, modules: set[str]) -> set[str]:
+    """esp modules that `path` imports anywhere (function bodies too: a lazy import still closes a circle
+    once it runs), except under a main guard."""
+    here = _module(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _is_main_guard(node):
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in out if m in modules and m != here}
+
+
+def graph() -> dict[str, set[str]]:
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module(f) for f in files}
+    return {_module(f): _imports(f, modules) for f in files}
+
+
+def cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `g`, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(g[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := dfs(n)):
+                return found
+        state[m] = 2
+        stack.pop()
+        return None
+
+    for m in sorted(g):
+        if m not in state and (found := dfs(m)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_circle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_graph_has_no_cycle():
+    g = graph()
+    assert {"esp.models", "esp.offline", "esp.cost", "esp.paths", "esp.drafters.hybrid"} <= set(g)
+    assert "esp.paths" in g["esp.cost"] and "esp.offline" not in g["esp.cost"]
+    assert cycle(g) is None, " -> ".join(cycle(g))
+
+
+def test_modules_import_alone_in_the_order_that_used_to_close_the_circle():
+    """Each in a fresh interpreter: the cost curves first (they reached back up to the offline models), then
+    the loader; and the offline CLI still runs as `python -m esp.offline`."""
+    code = "import esp.cost, esp.drafters.hybrid, esp.models, esp.offline, esp.offline_cli, esp.bench; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "esp.offline", "no-such-model"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: Unknown offline model 'no-such-model'")
