@@ -7,23 +7,24 @@ import torch
 
 from .sampling import Sampling, draw
 from .tree import DraftTree
+from .verdict import TOP_K
 
 
 class Verified(NamedTuple):
     path: list[int]  # accepted node indices, root first
     bonus: int  # the target's token after the last accepted node
-    top2: list[list]  # per path row, [id1, logit1, id2, logit2] with id1 the token that row chose (greedy)
+    top2: list[list]  # per path row, [id1, logit1, ..., idK, logitK] with id1 the token it chose (greedy)
 
 
 def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> Verified:
     """Walk the tree: `logits[i]` are the target's logits at node i, and the token after node i is drawn
     exactly as autoregressive decoding would draw it at that position, so the output never changes.
 
-    One top-2 over every node row and one host read serve the whole walk: the greedy choice of each row
-    and the runner-up that the lossless verdict needs (esp.verdict). Each row's choice is needed before the
+    One top-K over every node row and one host read serve the whole walk: the greedy choice of each row
+    and the runners-up that the lossless verdict needs (esp.verdict.TOP_K). Each row's choice is needed before the
     path is known, so reading all rows at once is cheaper than a device round trip per accepted depth.
     """
-    vals, ids = logits.topk(2, -1)
+    vals, ids = logits.topk(min(TOP_K, logits.shape[-1]), -1)
     rows = torch.cat([ids.to(vals.dtype), vals], 1).tolist()  # ids are exact in float32 below 2^24
     top2 = [_choice_first(r) for r in rows]
     children: dict[int, dict[int, int]] = {}
@@ -47,9 +48,8 @@ def verify(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) ->
 
 
 def _choice_first(row: list[float]) -> list:
-    """[id1, logit1, id2, logit2] from one row of (ids, values), the greedy choice first: on an exact tie
-    argmax takes the lower id, and so does this (topk's order among equal values is unspecified)."""
-    i1, i2, v1, v2 = int(row[0]), int(row[1]), row[2], row[3]
-    if v1 == v2 and i2 < i1:
-        i1, i2 = i2, i1
-    return [i1, v1, i2, v2]
+    """[id1, logit1, id2, logit2, ...] from one row of (ids, values), best first and, on an exact tie, the
+    lower id first, as argmax takes it (topk's order among equal values is unspecified)."""
+    half = len(row) // 2
+    pairs = sorted(zip(row[:half], row[half:]), key=lambda p: (-p[1], p[0]))
+    return [x for i, v in pairs for x in (int(i), v)]

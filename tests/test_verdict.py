@@ -49,3 +49,13 @@ def test_tally_counts_and_largest_gap():
     near = classify([7], [row(7, 20.0, 9, 20.0 - 2 * u)], [9], [row(9, 20.0, 7, 20.0 - u)], "bfloat16")
     t = tally([classify([1], None, [1], None), near, classify([1], None, [2], None)])
     assert t == {EXACT: 1, NEAR_TIE: 1, FAILURE: 1, "max_gap": pytest.approx(2.0)}
+
+
+def test_three_way_tie_is_a_near_tie_when_recorded():
+    # bf16: the plain run's row had 18 over 504 by a unit, the method's row 1653 over 504; each holds the
+    # other's choice third
+    ar = [18, 26.5, 504, 26.375, 1653, 26.375, 9, 20.0]
+    m = [1653, 26.5, 504, 26.375, 18, 26.375, 9, 20.0]
+    v = classify([18], [ar], [1653], [m], "bfloat16")
+    assert v.kind == NEAR_TIE and v.gap == pytest.approx(1.0)
+    assert classify([18], [ar[:4]], [1653], [m[:4]], "bfloat16").kind == FAILURE
