@@ -123,6 +123,7 @@ def _exchange(fn: Callable, duration, args: tuple, kwargs: dict) -> Iterator:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not parent.poll(left):
+                worker.kill()  # ZeroGPU takes the GPU back
                 raise gr.Error(f"GPU task aborted (its {seconds:.0f} s ran out)", title="ZeroGPU worker error")
             try:
                 kind, *message = parent.recv()
