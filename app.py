@@ -143,7 +143,7 @@ def build_app() -> gr.Blocks:
                                 "using the settings on the left. On a CPU big blocks cost more than they save: "
                                 "τ can exceed 1 while the speed-up stays below it.", elem_classes="esp-note")
                     compare_btn = gr.Button("Compare methods", elem_id="compare")
-                    compare_status = gr.Markdown(label="Compare status")
+                    compare_status = gr.Markdown(label="Compare status", elem_id="compare-status")
                     compare_table = gr.Dataframe(headers=COLUMNS, label="Results", interactive=False, wrap=True,
                                                  elem_id="compare-table")
                     compare_plot = gr.Plot(label="τ and speed-up")
