@@ -33,13 +33,14 @@ def gpu_mode(mode: str) -> Iterator[None]:
 
 
 @contextmanager
-def serve(mode: str = "local") -> Iterator[str]:
-    """Launch the app on a free local port with its GPU functions in `mode`; yields its URL and closes it
-    afterwards."""
+def serve(mode: str | None = None) -> Iterator[str]:
+    """Launch the app on a free local port with its GPU functions in `mode` (default: emulated when
+    ESP_EMULATE_ZEROGPU=1, else local); yields its URL and closes it afterwards."""
     import torch
 
     import app
 
+    mode = mode or ("emulated" if os.environ.get("ESP_EMULATE_ZEROGPU") == "1" else "local")
     threads = torch.get_num_threads()
     app.configure_engine()  # as `python app.py` does
     with gpu_mode(mode):
