@@ -27,12 +27,9 @@ log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
 SESSION_TTL_S = 3600
 QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
-# Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while);
-# the run's next update replaces it ("Stopped after N steps").
-STOPPING_JS = """() => {
-  const box = document.querySelector('#status .prose') || document.querySelector('#status');
-  if (box && box.innerText.includes('Decoding')) box.innerHTML = box.innerHTML.replace('Decoding', 'Stopping…');
-}"""
+# Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
+# a status that says a run is decoding now says it is stopping; the run's next update replaces it.
+STOPPING_JS = "(s) => typeof s === 'string' ? s.replace(/^\\*\\*Decoding\\*\\*/, '**Stopping…**') : s"
 
 if gpu.mode() != "local":  # ZeroGPU: the model is loaded now, on the CPU, before any worker forks
     calls.ready_process(LIMITS.models[0])
@@ -167,9 +164,10 @@ def build_app() -> gr.Blocks:
                           api_name="compare", concurrency_limit=1, concurrency_id="model")
         # Not queued and not a cancel: it only sets the run's stop token, so it answers at once even while
         # the queue is busy, and the run (here or in a GPU worker) ends after the step in progress with
-        # a final update. The page says "Stopping…" before the server answers (STOPPING_JS).
-        stop.click(None, None, None, js=STOPPING_JS, queue=False, api_visibility="private")
+        # a final update. The page says "Stopping…" before the server answers (STOPPING_JS), in a listener
+        # registered after this one: registered before it, the page never sent the stop (checked).
         stop.click(calls.request_stop, [session], None, queue=False, api_name="stop", show_progress="hidden")
+        stop.click(None, status, status, js=STOPPING_JS, queue=False, api_visibility="private")
         # Re-rendering stored steps needs no model, so it is not held behind running decodes.
         scrubbed = [status, scrub, *views]
         scrub.release(calls.show_step, [session, scrub], scrubbed, api_name="show_step", concurrency_limit=None)
