@@ -114,6 +114,18 @@ def test_open_trace_after_the_worker_is_killed_mid_run(emulated, every_step):
     assert _run(session, max_new_tokens=4)[-1][0].startswith("**Done**")  # and a new run works
 
 
+@pytest.mark.parametrize("bad", [dict(prompt="  "), dict(prompt="hi", k=4, bc=10), dict(prompt="hi", model="/tmp"),
+                                 dict(prompt="hi", max_new_tokens=100_000)])
+def test_bad_input_is_refused_before_any_gpu_call(emulated, monkeypatch, bad):
+    from explorer import calls, emulation
+
+    forks = []
+    monkeypatch.setattr(emulation, "_exchange", lambda *a: forks.append(a))
+    outs = list(calls.generate(**{"max_new_tokens": 8, **bad}))
+    assert len(outs) == 1 and outs[0][0].startswith("⚠️") and not forks
+    assert list(calls.compare(**{"max_new_tokens": 8, **bad}))[0][0].startswith("⚠️") and not forks
+
+
 def _sleep(seconds: float) -> str:
     time.sleep(seconds)
     return "late"
