@@ -3,21 +3,26 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from esp.trace import RunSummary
+from esp.verdict import classify, label
 
 from .common import INK, base_layout, figure, message_figure, two_panels
 
-COLUMNS = ["method", "tokens", "forwards", "τ", "tokens/s", "speed-up vs ar", "same text as ar"]
+COLUMNS = ["method", "tokens", "forwards", "τ", "tokens/s", "speed-up vs ar", "lossless vs ar"]
 
 
-def compare_rows(results: list[tuple[str, RunSummary, str]]) -> list[list]:
-    """Table rows from (label, summary, text) triples; speed-up is tokens/s over the 'ar' run's."""
-    base = next(((s, t) for _, s, t in results if s.method == "ar"), None)
+def compare_rows(results: list[dict], dtype: str = "float32") -> list[list]:
+    """Table rows from each method's {"label", "summary" (RunSummary), "tokens", "top2"}: speed-up is
+    tokens/s over the 'ar' run's, and the last column the verdict against ar in the run's dtype
+    (esp.verdict: exact, a near-tie flip at rounding level, or FAILED)."""
+    base = next((r for r in results if r["summary"].method == "ar"), None)
     rows = []
-    for label, s, text in results:
-        speedup = s.tokens_per_s / base[0].tokens_per_s if base and base[0].tokens_per_s else float("nan")
-        same = "—" if base is None else "yes" if text == base[1] else "no"
-        rows.append([label, s.tokens, s.forwards, round(s.tau, 3), round(s.tokens_per_s, 2), round(speedup, 2), same])
+    for r in results:
+        s, ar = r["summary"], base and base["summary"]
+        speedup = s.tokens_per_s / ar.tokens_per_s if ar and ar.tokens_per_s else float("nan")
+        verdict = ("—" if base is None else "baseline" if r is base
+                   else label(classify(base["tokens"], base["top2"], r["tokens"], r["top2"], dtype)))
+        rows.append([r["label"], s.tokens, s.forwards, round(s.tau, 3), round(s.tokens_per_s, 2), round(speedup, 2),
+                     verdict])
     return rows
 
 

@@ -34,13 +34,19 @@ def ratio(curve: Curve, q: float) -> float:
     return float(np.interp(q, qs, ts) / np.interp(1, qs, ts))
 
 
+def where(device: str | None) -> str:
+    """'this T4' for the device a run measured ('CPU', 'T4', 'H200'), or a phrase for an unknown one."""
+    return f"this {device}" if device else "the machine that recorded this run"
+
+
 def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None,
-                height: int = 340) -> go.Figure:
+                height: int = 340, device: str | None = None) -> go.Figure:
     """Left: break-even line t(q)/t(1) over block width q, the run's steps (grey) and this step (emitted
-    and expected tokens). Right: per step, tokens emitted (bars) and time in single-token forwards (line)."""
+    and expected tokens). Right: per step, tokens emitted (bars) and time in single-token forwards (line).
+    `device` names the device the curve was measured on, in the title."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
-    title = "What a step costs (in single-token forwards)"
+    title = f"What a step costs{' on this ' + device if device else ''} (in single-token forwards)"
     step = steps[upto]
     curve = step_curve(step, machine)
     if curve is None or not curve.get("q"):
@@ -85,9 +91,10 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     return figure(data, layout)
 
 
-def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None) -> str:
-    """Two plain sentences with this machine's numbers: why this step won or lost, and why wide trees win
-    on a GPU but lose on this CPU."""
+def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None,
+                   device: str | None = None) -> str:
+    """Two plain sentences with the numbers of the device the run measured ('CPU', 'T4', ...; None when
+    unknown): why this step won or lost, and how wide trees fare there against a GPU or a CPU."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
     step = steps[upto]
@@ -99,9 +106,14 @@ def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, m
     width, tokens = step_width(step), len(step.emitted)
     r = ratio(curve, width)
     widest = max(curve["q"])
+    wide = ratio(curve, widest)
     verdict = "won" if tokens > r else "lost"
-    return (f"On this machine a forward of {width} rows costs {r:.1f}× a one-token forward, so step {upto} had to "
-            f"emit more than {r:.1f} tokens to beat plain decoding; it emitted {tokens} and {verdict}. "
-            f"On a GPU a forward is bound by reading the weights, so even {widest} rows cost about one token's "
-            f"forward and every accepted draft is profit, while on this CPU {widest} rows cost "
-            f"{ratio(curve, widest):.1f}× as much, so wide trees lose unless they accept long runs.")
+    here = where(device)
+    first = (f"On {here} a forward of {width} rows costs {r:.1f}× a one-token forward, so step {upto} had to "
+             f"emit more than {r:.1f} tokens to beat plain decoding; it emitted {tokens} and {verdict}. ")
+    if device and device != "CPU":
+        return first + (f"On {here} even {widest} rows cost {wide:.1f}× a one-token forward: a GPU forward is "
+                        "bound by reading the weights, so wide trees cost little and every accepted draft is profit.")
+    return first + (f"On a GPU a forward is bound by reading the weights, so even {widest} rows cost about one "
+                    f"token's forward and every accepted draft is profit, while on {here} {widest} rows cost "
+                    f"{wide:.1f}× as much, so wide trees lose unless they accept long runs.")

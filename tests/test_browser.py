@@ -1,4 +1,6 @@
-"""A real browser (Debian's chromium through Playwright): set controls, run, scrub, stop, refuse.
+"""A real browser (Debian's chromium through Playwright): set controls, run, scrub, stop, refuse, what-if
+and compare, with the app's GPU calls in-process and under the ZeroGPU emulation (marker `zerogpu`).
+No assert here is a wall-clock limit: a slow machine only waits longer (timeouts are hang guards).
 
 Screenshots go to a temporary folder; `make screenshot` (scripts/screenshot.py) refreshes docs/screenshot.png.
 """
@@ -10,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from app_server import MODES, serve
+
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-# A script in the page must answer within this many seconds while a run streams (issue 10).
-RESPONSIVE_S = 1.0
+HANG_MS = 60_000  # the page has hung if a trivial script or an expected update takes longer than this
 
 
-@pytest.fixture(scope="module")
-def page(lm):
+@pytest.fixture(scope="module", params=MODES)
+def page(lm, request):
     sync_api = pytest.importorskip("playwright.sync_api")
-    from app_server import serve
 
-    with serve() as url, sync_api.sync_playwright() as p:
+    with serve(request.param) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(url)
@@ -54,9 +56,10 @@ def settings(page, k: int, bc: int, max_new: int) -> None:
 
 
 def probe_s(page) -> float:
-    """Seconds for the page's main thread to answer a trivial script."""
+    """Seconds for the page's main thread to answer a trivial script (scripts/measure_app.py reports them;
+    the tests only require an answer, within the hang guard)."""
     t0 = time.monotonic()
-    page.evaluate("() => document.title")
+    page.wait_for_function("() => true", timeout=HANG_MS)
     return time.monotonic() - t0
 
 
@@ -64,14 +67,14 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     from playwright.sync_api import expect
 
     # A recorded run is on screen as soon as the page opens, with no model involved.
-    expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=60_000)
+    expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
     expect(page.locator("#tree-plot .gtitle")).to_contain_text("step")
     page.locator("#prompt textarea").fill("Count from 1 to 10, separated by commas.")
     settings(page, 2, 24, 14)
-    expect(page.locator("#status")).to_contain_text("BC=24", timeout=10_000)  # the live settings check
+    expect(page.locator("#status")).to_contain_text("BC=24", timeout=HANG_MS)  # the live settings check
     page.locator("#run").click()
     status = page.locator("#status")
-    expect(status).to_contain_text("Done", timeout=180_000)
+    expect(status).to_contain_text("Done", timeout=3 * HANG_MS)
     last = int(re.search(r"step (\d+) of (\d+)", status.inner_text()).group(2))
     assert last >= 3
 
@@ -81,14 +84,14 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     before = (tree_title.text_content(), prefix_tick.text_content())
     for back in (1, 2):  # one click at a time: each move reads the slider the previous one set
         page.locator("#prev").click()
-        expect(tree_title).to_contain_text(f"step {last - back}", timeout=30_000)
+        expect(tree_title).to_contain_text(f"step {last - back}", timeout=HANG_MS)
     expect(page.locator("#mask-plot .gtitle")).to_contain_text(f"step {last - 2}")
     after = (tree_title.text_content(), prefix_tick.text_content())
     assert after[0] != before[0] and after[1] != before[1]  # the prefix column shrank with the step
     expect(status).to_contain_text(f"step {last - 2} of {last}")
 
     set_number(page, "goto", 0)  # the Go-to-step box answers Enter
-    expect(page.locator("#mask-plot .gtitle")).to_contain_text("step 0 (prefill)", timeout=30_000)
+    expect(page.locator("#mask-plot .gtitle")).to_contain_text("step 0 (prefill)", timeout=HANG_MS)
     expect(page.locator("#mask-plot .ytick text").filter(has_text="prompt (")).to_have_count(1)
 
     shot = tmp_path / "run.png"
@@ -104,33 +107,31 @@ def test_refused_input_keeps_the_views(page):
     shown = tree_title.text_content()
     page.locator("#prompt textarea").fill("")
     page.locator("#run").click()
-    expect(page.locator("#status")).to_contain_text("prompt is empty", timeout=30_000)
+    expect(page.locator("#status")).to_contain_text("prompt is empty", timeout=HANG_MS)
     expect(tree_title).to_have_text(shown)  # the previous run's figures stay on screen
     assert page.locator("#tree-plot .error, #mask-plot .error").count() == 0
 
 
-def test_stop_answers_fast_and_the_page_stays_responsive(page):
+def test_stop_ends_the_run_within_one_step_and_the_page_stays_responsive(page):
     from playwright.sync_api import expect
 
     page.locator("#prompt textarea").fill("Write a long story about a robot who learns to paint.")
     settings(page, 1, 60, 300)
     page.locator("#run").click()
     status = page.locator("#status")
-    expect(status).to_contain_text("Decoding", timeout=60_000)
-    probes = []
-    for _ in range(3):
-        time.sleep(1.0)
-        probes.append(probe_s(page))
-    assert max(probes) < RESPONSIVE_S, probes
-    clicked = time.monotonic()
+    expect(status).to_contain_text("Decoding", timeout=HANG_MS)
+    for _ in range(3):  # the page answers scripts while steps run (each probe raises if it hangs)
+        probe_s(page)
+        page.wait_for_timeout(500)
     page.locator("#stop").click()
-    expect(status).to_contain_text("Stopped after", timeout=3_000)
-    assert time.monotonic() - clicked < 3
-    n = int(re.search(r"Stopped after (\d+) steps", status.inner_text()).group(1))
+    expect(status).to_contain_text("Stopp", timeout=HANG_MS)  # "Stopping…" at once, then "Stopped after"
+    expect(status).to_contain_text("Stopped after", timeout=HANG_MS)
+    n, after = map(int, re.search(r"Stopped after (\d+) steps \((\d+) after the click\)", status.inner_text()).groups())
+    assert after <= 1 and n < 300  # at most the step in progress at the click finished after it
     expect(page.locator("#tree-plot .gtitle")).to_contain_text(f"step {n - 1}")  # the last finished step
     settings(page, 1, 60, 6)
     page.locator("#run").click()  # a new run afterwards works
-    expect(status).to_contain_text("Done", timeout=60_000)
+    expect(status).to_contain_text("Done", timeout=HANG_MS)
 
 
 COPY = "Fix the typo in this sentence and write it again: The cat sat on teh mat and looked at the birds in the garden."
@@ -146,7 +147,7 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path):
     expect(page.locator("#k")).to_contain_text("pld does not use k")  # knobs that do not apply say why
     assert page.locator("#k input[type=number]").is_disabled()
     page.locator("#run").click()
-    expect(status).to_contain_text("Done", timeout=180_000)
+    expect(status).to_contain_text("Done", timeout=3 * HANG_MS)
     expect(status).to_contain_text("pld")
     page.locator("#prev").click()  # a copying step in the middle of the run
     expect(page.locator("#tree-plot .legendtext").filter(has_text="source: lookup")).to_have_count(1)
@@ -156,13 +157,22 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path):
     choose(page, "method", "esp")
     page.get_by_role("tab", name="What-if").click()
     page.locator("#whatif").click()
-    expect(page.locator("#whatif-note")).to_contain_text("what-if", timeout=120_000)
+    expect(page.locator("#whatif-note")).to_contain_text("what-if", timeout=2 * HANG_MS)
     expect(page.locator("#whatif-alt .gtitle")).to_contain_text("Draft tree")
     expect(page.locator("#whatif-orig .gtitle")).to_contain_text("Draft tree")
 
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare").click()
+    from esp.methods import REGISTRY
+
+    n = len(REGISTRY)  # one GPU call per method, each shown as it finishes
+    expect(page.locator("#compare-status")).to_contain_text(f"Finished {n}/{n} methods on this CPU", timeout=n * HANG_MS)
+    table = page.locator("#compare-table").inner_text()
+    assert "baseline" in table and table.count("exact") == n - 1 and "FAILED" not in table, table
+
     page.get_by_role("tab", name="Open a trace").click()
     page.locator("#shipped label").filter(has_text="ESP masks").click()
-    expect(status).to_contain_text("recorded: trace_masks.json", timeout=30_000)
+    expect(status).to_contain_text("recorded: trace_masks.json", timeout=HANG_MS)
     page.get_by_role("tab", name="Run").click()
     expect(page.locator("#mask-plot .gtitle")).to_contain_text("Mask · step")
     page.screenshot(path=str(tmp_path / "features.png"), full_page=True)
@@ -192,7 +202,7 @@ def test_panels_and_axis_labels_fit_at_desktop_and_phone_width(page, width):
 
     page.set_viewport_size({"width": width, "height": 1000})
     page.get_by_role("tab", name="Run").click()
-    expect(page.locator("#tree-plot .gtitle")).to_contain_text("step", timeout=30_000)
+    expect(page.locator("#tree-plot .gtitle")).to_contain_text("step", timeout=HANG_MS)
     page.wait_for_timeout(500)  # Plotly redraws on resize
     boxes = {p: _box(page, f"{p} .main-svg") for p in PLOTS}
     for a in PLOTS:

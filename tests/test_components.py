@@ -57,7 +57,7 @@ def test_trace_round_trip(run, steps, tmp_path):
 def test_every_builder_emits_a_valid_plotly_figure(steps, hit):
     """Builders skip Plotly's validation for speed; validate their output here once."""
     summary = run_summary(steps)
-    rows = compare_rows([("ar", summary, "x")])
+    rows = compare_rows([{"label": "ar", "summary": summary, "tokens": [1], "top2": []}])
     figs = [tree_figure(hit), tree_figure(steps[0]), mask_figure(hit), align_figure(steps), align_figure(steps, 0),
             accept_hist_figure(summary, 1), timing_figure(steps, 2), compare_figure(rows), compare_figure([])]
     for fig in figs:
@@ -200,14 +200,21 @@ def test_stats_numbers_and_figures(steps, hit):
     assert timing.layout.shapes[0].x0 == 3
 
 
-def test_compare_rows():
-    base = run_summary([])
-    base.method, base.tokens_per_s = "ar", 10.0
-    other = run_summary([])
-    other.method, other.tokens_per_s = "esp", 5.0
-    rows = compare_rows([("ar", base, "same"), ("esp k=2", other, "different")])
-    assert rows[0][5] == 1.0 and rows[1][5] == 0.5
-    assert [r[6] for r in rows] == ["yes", "no"]
+def test_compare_rows_speed_up_and_verdict():
+    def result(label, method, tokens_per_s, tokens, top2):
+        s = run_summary([])
+        s.method, s.tokens_per_s = method, tokens_per_s
+        return {"label": label, "summary": s, "tokens": tokens, "top2": top2}
+
+    ar = result("ar", "ar", 10.0, [5, 7, 9], [[5, 20.0, 6, 1.0], [7, 20.0, 8, 19.9], [9, 3.0, 1, 0.0]])
+    same = result("esp k=2", "esp", 5.0, [5, 7, 9], [])
+    tie = result("pld", "pld", 20.0, [5, 8, 2], [[5, 20.0, 6, 1.0], [8, 20.0, 7, 19.95], [2, 1.0, 3, 0.0]])
+    wrong = result("stand", "stand", 10.0, [5, 6], [[5, 20.0, 6, 1.0], [6, 9.0, 7, 1.0]])
+    rows = compare_rows([ar, same, tie, wrong], "bfloat16")
+    assert [r[5] for r in rows] == [1.0, 0.5, 2.0, 1.0]
+    assert [r[6].split(" ")[0] for r in rows] == ["baseline", "exact", "near-tie", "FAILED"], rows
+    assert "token 1" in rows[2][6] and "token 1" in rows[3][6]  # where the texts part
+    assert compare_rows([same])[0][6] == "—"  # no ar run to compare with
 
 
 def test_exports(run, steps, hit, tmp_path):
@@ -371,6 +378,11 @@ def test_cost_view_break_even_and_sentences(steps, hit):
     r = ratio(FAKE_CURVE, step_width(hit))
     assert f"costs {r:.1f}× a one-token forward" in text and f"emitted {len(hit.emitted)}" in text
     assert ("won" in text) == (len(hit.emitted) > r) and "GPU" in text and "6.0×" in text
+    assert text.startswith("On the machine that recorded this run")  # an old trace names no device
+    assert cost_sentences(steps, hit.step, FAKE_CURVE, device="CPU").startswith("On this CPU a forward")
+    gpu = cost_sentences(steps, hit.step, FAKE_CURVE, device="T4")
+    assert gpu.startswith("On this T4 a forward") and "On this T4 even 120 rows cost 6.0×" in gpu
+    assert "What a step costs on this T4" in cost_figure(steps, hit.step, FAKE_CURVE, device="T4").layout.title.text
     assert not cost_figure(steps, 0, FAKE_CURVE).data  # the prefill has no draft cost: a note
     assert not cost_figure(steps, hit.step, None).data
 

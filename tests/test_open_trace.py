@@ -18,16 +18,18 @@ def refuse(*args):
 esp.models._load = refuse
 import plotly.graph_objects as go
 import app
+from explorer import calls, views as shown
+from explorer.session import Session
 app.build_app()
 out = {{}}
-for name in app.TRACES:
-    session = app.Session()
-    status, scrub, *views, kept = app.open_shipped(name, session)
+for name in calls.TRACES:
+    session = Session()
+    status, scrub, *views, kept = calls.open_shipped(name, session)
     figures = [v for v in views if isinstance(v, go.Figure)]
     out[name] = {{"status": status, "steps": len(session.steps), "figures": len(figures),
                   "empty": sum(not f.data for f in figures), "views": len(views)}}
     for i in range(len(session.steps)):  # every step re-renders with every view
-        app.render(session, i)
+        shown.render(session, i)
 print(json.dumps(out))
 """
 
@@ -41,19 +43,20 @@ def opened() -> dict:
 
 
 def test_shipped_traces_render_every_view_without_a_model(opened):
-    import app
+    from explorer.calls import TRACES
+    from explorer.views import VIEWS
 
-    assert set(opened) == set(app.TRACES)
+    assert set(opened) == set(TRACES)
     for name, r in opened.items():
         assert r["status"].startswith("**Done**") and r["steps"] >= 3
-        assert r["views"] == len(app.VIEWS) and r["figures"] == 6  # tree, mask, align, hist, timing, cost
+        assert r["views"] == len(VIEWS) and r["figures"] == 6  # tree, mask, align, hist, timing, cost
         assert r["empty"] <= 1, name  # at most the alignment of a method without masks is a note
 
 
 def test_shipped_traces_are_small_and_record_masks():
-    import app
+    from explorer.calls import TRACES
 
-    for path in app.TRACES.values():
+    for path in TRACES.values():
         data = json.loads(path.read_text())
         assert path.stat().st_size < 400_000
         assert all(step["mask"] for step in data["steps"])  # the mask view has data at every step

@@ -1,0 +1,366 @@
+"""The page's event handlers: check the request, make the GPU call, rebuild the session, render.
+
+Everything here runs in the main process. A handler validates its inputs before any GPU call (a refusal
+costs no GPU time), calls one of `explorer.worker`'s functions, and turns the plain data that comes back
+into the session's traces and the page's figures. `running` is set and reset here, in the handler's own
+`finally`, whatever happened to the worker.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import closing
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import gradio as gr
+
+from components.compare_view import compare_figure, compare_rows
+from components.cost_view import ratio, step_width
+from components.export import read_trace_json, write_figures_html, write_trace_json
+from components.limits import Limits
+from components.settings import KNOBS, RunSettings, knob_reasons
+from components.tree_plot import tree_figure
+from esp import methods
+from esp.cost import curve_for
+from esp.engine import Decoder
+from esp.errors import ESPError
+from esp.lm import LM
+from esp.models import EMBEDDED
+from esp.trace import RunSummary, StepTrace
+
+from . import emulation, gpu
+from .session import Session
+from .views import FAST_VIEWS, VIEWS, refusal, refuse, render, status
+from .worker import decode_once, rerun_step, run_steps
+
+log = logging.getLogger("esp.app")
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "assets"
+LIMITS = Limits.from_env()
+# Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
+TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
+          "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json"}
+# While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not
+# sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering clicks).
+# The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
+UPDATE_S = 1.0
+SLOW_UPDATE_S = 3.0
+KNOB_INFO = {"k": "mask tokens = tree depth", "bc": "block budget: tokens per forward",
+             "lam": "EMA rate of the mask tokens", "init": "mask embedding at the start",
+             "tree": "static shape or best-first"}
+_load_lock = threading.Lock()  # the startup warm-up and a first Run must not load the same model twice
+WHATIF_TOKENS = 2  # a what-if decodes the stored root again, then one step
+
+
+def load_model(name: str) -> LM:
+    with _load_lock:
+        return gpu.load_model(name)
+
+
+def call_seconds(lm: LM, new_tokens: int) -> float | None:
+    return gpu.call_seconds(lm.model.num_parameters(), new_tokens)
+
+
+def ready_process(name: str) -> None:
+    """Ready this server process for `name`, its first model. Under ZeroGPU (or its emulation): load it
+    now, on the CPU, before any worker forks from this process, and nothing more (its cost curve is
+    measured inside a GPU call; no torch op runs here, see `gpu.enter_call`). Locally: load it and
+    measure its curve in a background thread, so that the page serves at once."""
+    if gpu.mode() == "local":
+        threading.Thread(target=_warm, args=(name,), daemon=True).start()
+        return
+    if gpu.mode() == "emulated":
+        emulation.guard_main_process()
+    load_model(name)
+
+
+def _warm(name: str) -> None:
+    try:
+        curve_for(load_model(name))
+        log.info("model %s ready", name)
+    except ESPError as e:  # a failure is one log line; the Run then says why
+        log.warning("could not warm %s: %s", name, e)
+
+
+# ---------------------------------------------------------------- stored steps (no model)
+
+def show_step(session: Session | None, i: float | None) -> tuple:
+    """Re-render a stored step (the scrubber); needs no model. Outputs: status, scrubber, *VIEWS."""
+    if session is None or not session.steps:
+        return refusal("Nothing to show yet: press Run first.", 2 + len(VIEWS), "show_step")
+    i = min(max(int(i or 0), 0), len(session.steps) - 1)
+    return (status(session, i), gr.update(value=i), *render(session, i))
+
+
+def step_by(delta: int):
+    def move(session: Session | None, i: float) -> tuple:
+        return show_step(session, (i or 0) + delta)
+    return move
+
+
+def _shown(session: Session, state: str = "done") -> tuple:
+    """The whole last step with its status: the output that closes a run or opens a trace."""
+    i = len(session.steps) - 1
+    return (status(session, i, state), gr.update(maximum=max(i, 1), value=i), *render(session, i), session)
+
+
+def open_trace(file: str | None, session: Session | None = None) -> tuple:
+    """Show a recorded trace (exported by the app, or shipped in assets/) with every view, without any
+    model. Outputs: (status, scrubber, *VIEWS, session); a malformed or foreign file gets one line."""
+    outputs = 3 + len(VIEWS)
+    if not file:
+        return refusal("Choose a trace file (.json) first.", outputs, "open_trace")
+    try:
+        meta, steps = read_trace_json(file)
+        if not steps:
+            raise ValueError("it has no steps")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        detail = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else str(e).splitlines()[0][:120]
+        return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
+                       outputs, "open_trace")
+    session = session or Session()
+    if session.running:
+        return refusal("A run is streaming: stop it before opening a trace.", outputs, "open_trace")
+    session.steps, session.clocks, session.meta = steps, [], dict(meta)
+    session.meta.setdefault("settings", meta.get("spec", steps[0].method))
+    session.meta["opened"] = Path(file).name
+    return _shown(session)
+
+
+def open_shipped(name: str, session: Session | None = None) -> tuple:
+    """Open one of the recorded traces shipped in assets/ (TRACES)."""
+    if name not in TRACES:
+        return refusal(f"No recorded trace called {name!r}.", 3 + len(VIEWS), "open_trace")
+    return open_trace(str(TRACES[name]), session)
+
+
+def export(session: Session | None, i: float) -> list[str]:
+    """The run's trace as JSON and the figures of the shown step as one standalone HTML page."""
+    if session is None or not session.steps:
+        refuse("Nothing to export yet: press Run first.", "export")
+        return gr.skip()
+    i = min(max(int(i or 0), 0), len(session.steps) - 1)
+    folder = session.export_dir()
+    views = dict(zip(VIEWS, render(session, i)))
+    figures = {f"{name} (step {i})": views[name] for name in ("tree", "mask", "align", "hist", "timing")}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return [
+        str(write_trace_json(session.steps, session.meta, folder / f"esp-trace-{stamp}.json")),
+        str(write_figures_html(figures, folder / f"esp-figures-step{i}-{stamp}.html")),
+    ]
+
+
+# ---------------------------------------------------------------- controls
+
+def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_new_tokens, layouts,
+                   method="esp") -> str:
+    """Live hint under the controls: what the settings mean, or why the engine would refuse them."""
+    try:
+        s = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
+                        top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
+        LIMITS.check_new_tokens(s.max_new_tokens)
+    except ESPError as e:
+        return f"⚠️ {e}"
+    note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
+    return f"Ready: {s.describe()}{note}"
+
+
+def knob_updates(method: str) -> list[dict]:
+    """Enable the drafting knobs `method` takes; grey out the others with a one-line reason."""
+    try:
+        reasons = knob_reasons(method)
+    except ESPError:
+        return [gr.skip() for _ in KNOBS]
+    return [gr.update(interactive=reasons[k] is None, info=reasons[k] or KNOB_INFO[k]) for k in KNOBS]
+
+
+# ---------------------------------------------------------------- model calls
+
+def prepare(prompt: str, model: str, **knobs) -> tuple[RunSettings, str, LM, list[int]]:
+    """Check everything the user sent (settings, server limits, model, prompt) before any GPU call; a
+    refusal raises ESPError with one sentence and loads nothing it need not."""
+    settings = RunSettings(**knobs)
+    LIMITS.check_new_tokens(settings.max_new_tokens)
+    name = LIMITS.check_model(model)
+    if not (prompt or "").strip():
+        raise ESPError("The prompt is empty: type some text or pick an example first.")
+    lm = load_model(name)
+    ids = lm.chat_ids(prompt)
+    LIMITS.check_prompt(len(ids))
+    Decoder(lm, max_new_tokens=settings.max_new_tokens).check_prompt(ids)
+    return settings, name, lm, ids
+
+
+def _failure(e: Exception) -> str:
+    """One line for an exception that ended a GPU call (ZeroGPU's abort is a gr.Error)."""
+    if not isinstance(e, gr.Error):
+        log.exception("GPU call failed")
+    return getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+
+
+def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
+             init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
+             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
+             method: str = "esp", session: Session | None = None) -> Iterator[tuple]:
+    """Decode `prompt` with `method`, yielding (status, scrubber, *VIEWS, session) at most every
+    UPDATE_S; the last yield holds the last step's full views. Stop ends the run after the step in
+    progress. A refused input yields one message and leaves the page's views as they were."""
+    outputs = 3 + len(VIEWS)
+    try:
+        settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
+                                          temperature=temperature, top_p=top_p, seed=seed,
+                                          max_new_tokens=max_new_tokens, layouts=layouts, method=method)
+    except ESPError as e:
+        yield refusal(str(e), outputs, "generate")
+        return
+    session = session or Session()
+    if session.running:
+        yield refusal("A run is already streaming in this page: stop it first.", outputs, "generate")
+        return
+    token = session.start({
+        "model": lm.name, "model_name": name, "prompt": prompt, "prompt_ids": ids, "method": settings.method,
+        "spec": settings.spec(), "settings": settings.describe(), "sampling": asdict(settings.sampling()),
+        "max_new_tokens": settings.max_new_tokens, "layouts": settings.layouts})
+    state = "done"
+    try:
+        # The first update carries the light views only: the page is busiest while the run starts.
+        last_fast, last_slow = float("-inf"), time.monotonic()
+        seconds = call_seconds(lm, settings.max_new_tokens)
+        with closing(run_steps(name, ids, settings, token, seconds=seconds)) as updates:
+            for update in updates:
+                if "error" in update:
+                    yield refusal(update["error"], outputs, "generate")
+                    return
+                if "meta" in update:
+                    session.meta.update(update["meta"])
+                    continue
+                if "end" in update:
+                    state = update["end"]
+                    continue
+                session.add(StepTrace.from_dict(update["step"]), update["clock"])
+                now = time.monotonic()
+                if now - last_fast < UPDATE_S:
+                    continue  # stored; the page catches up at the next update
+                views = VIEWS if now - last_slow >= SLOW_UPDATE_S else FAST_VIEWS
+                last_fast, last_slow = now, now if views is VIEWS else last_slow
+                i = len(session.steps) - 1
+                shown = "stopping" if session.stopped_at is not None else "running"
+                # The slider needs max > min; a one-step run simply clamps when scrubbed.
+                yield (status(session, i, shown), gr.update(maximum=max(i, 1), value=i),
+                       *render(session, i, views), session)
+    except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU), or a bug here
+        why = _failure(e)
+        if not session.steps:
+            yield refusal(f"The run failed: {why}", outputs, "generate")
+            return
+        state = f"aborted: {why}"
+    finally:
+        session.finish()
+    session.meta["text"] = lm.tokenizer.decode([t for s in session.steps for t in s.emitted],
+                                               skip_special_tokens=True)
+    # Send the last step again as a whole, so the final output alone holds the text and every figure.
+    yield _shown(session, state)
+
+
+def request_stop(session: Session | None) -> None:
+    """Ask the running decode, wherever it runs, to end after the step in progress."""
+    if session is not None:
+        session.request_stop()
+
+
+def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
+           init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
+           top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
+           method: str = "esp", session: Session | None = None) -> tuple:
+    """Re-run stored step `step` from the same committed prefix with the drafting settings given (the
+    run's own model, decoding rule and token limit); the stored run is left as it is.
+    Outputs: (comparison markdown, original tree, alternative tree)."""
+    try:
+        if session is None or not session.steps:
+            raise ESPError("Nothing to re-run yet: press Run (or open a trace) first.")
+        i = int(step or 0)
+        settings = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, method=method)
+        meta = session.meta
+        if meta.get("model_name") is None or "prompt_ids" not in meta:
+            raise ESPError("What-if needs the model that recorded this trace, and this file does not name one.")
+        name = LIMITS.check_model(meta["model_name"])
+        if not 1 <= i < len(session.steps):
+            raise ESPError(f"What-if re-runs a decoding step, 1 to {len(session.steps) - 1}: "
+                           f"step {i} is {'the prefill' if i == 0 else 'not in this run'}.")
+        lm = load_model(name)
+        out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
+                         meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
+                         seconds=call_seconds(lm, WHATIF_TOKENS))
+    except ESPError as e:
+        return refusal(str(e), 3, "whatif")
+    except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU)
+        return refusal(f"The what-if failed: {_failure(e)}", 3, "whatif")
+    if "error" in out:
+        return refusal(out["error"], 3, "whatif")
+    alt = StepTrace.from_dict(out["step"])
+    return whatif_table(session, session.steps[i], alt, settings), tree_figure(session.steps[i]), tree_figure(alt)
+
+
+def whatif_table(session: Session, original: StepTrace, alt: StepTrace, settings: RunSettings) -> str:
+    """Original vs alternative step: rows fed, accepted drafts, tokens emitted, forward time and cost."""
+    curve = session.meta.get("curve")
+
+    def row(label: str, describe: str, s: StepTrace) -> str:
+        cost = f"{ratio(curve, step_width(s)):.2f}×" if curve else "—"
+        return (f"| {label} | {describe} | {step_width(s)} | {len(s.accepted)} | {len(s.emitted)} | "
+                f"{1000 * s.timings.get('forward', 0.0):.0f} | {cost} |")
+
+    return "\n".join([
+        f"**Step {original.step}, re-run from the same text.** Stateful drafters (STAND's table, LADE's pool, "
+        "ESP's EMA, calibrators) restart from the text, not from the run's history; the stored run is unchanged.",
+        "",
+        "| | method | rows fed | accepted drafts | tokens emitted | forward ms | cost (one-row forwards) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        row("original", session.meta.get("spec", original.method), original),
+        row("what-if", settings.spec(), alt),
+    ])
+
+
+def _compare_plans(settings: RunSettings) -> list[tuple[str, str, dict | None]]:
+    """(label, spec, defaults) per method: 'ar' first, then every method registered now (ESP with the
+    panel's settings). Each is built here once, so that a bad setting is refused before any GPU call."""
+    plans = []
+    for name in methods.available():
+        spec, defaults = (settings.esp_spec(), None) if name == "esp" else (
+            name, {"bc": settings.bc} if methods.REGISTRY[name].uses_bc else None)
+        plans.append((methods.build(spec, defaults).describe(), spec, defaults))
+    return sorted(plans, key=lambda p: p[1] != "ar")
+
+
+def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
+            init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
+            top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
+            layouts: str = "efficient") -> Iterator[tuple]:
+    """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
+    chart) as each finishes. The last column is each method's verdict against ar (esp.verdict)."""
+    try:
+        settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
+                                          temperature=temperature, top_p=top_p, seed=seed,
+                                          max_new_tokens=max_new_tokens, layouts=layouts)
+        plans = _compare_plans(settings)
+    except ESPError as e:
+        yield refusal(str(e), 3, "compare")
+        return
+    seconds = call_seconds(lm, settings.max_new_tokens)
+    results = []
+    for n, (label, spec, defaults) in enumerate(plans, 1):
+        yield f"Running {label} ({n}/{len(plans)})…", gr.skip(), gr.skip()
+        try:
+            out = decode_once(name, ids, settings, spec, defaults, seconds=seconds)
+        except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU)
+            out = {"error": f"{label} failed: {_failure(e)}"}
+        if "error" in out:
+            yield refusal(out["error"], 3, "compare")
+            return
+        results.append({"label": label, "summary": RunSummary(**out["summary"]), "tokens": out["tokens"],
+                        "top2": out["top2"]})
+        rows = compare_rows(results, out["dtype"])
+        yield f"Finished {n}/{len(plans)} methods on this {out['device']} ({out['dtype']}).", rows, compare_figure(rows)

@@ -1,0 +1,71 @@
+"""A stored step's views and the status line (main process only: figures never cross a process)."""
+from __future__ import annotations
+
+import logging
+
+import gradio as gr
+
+from components.align_plot import align_figure
+from components.cost_view import cost_figure, cost_sentences
+from components.mask_plot import mask_figure
+from components.stats import accept_hist_figure, run_summary, stats_markdown, timing_figure
+from components.text_view import token_sources
+from components.tree_plot import tree_figure
+
+from .session import Session
+
+log = logging.getLogger("esp.app")
+# Output order of every per-step render; the run's last output tuple therefore holds text + figures.
+VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note")
+# The views that change most per step: sent at every streamed update (the others less often).
+FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note")
+
+
+def render(session: Session, i: int, views: tuple[str, ...] = VIEWS) -> tuple:
+    """The per-step views for step i of the stored run, in VIEWS order; views not in `views` are
+    gr.skip() (left as they are on the page)."""
+    steps = session.steps
+    step = steps[i]
+    curve, device = session.meta.get("curve"), session.meta.get("device")
+    summary = run_summary(steps, i) if {"stats", "hist"} & set(views) else None
+    build = {
+        "text": lambda: token_sources(steps, i),
+        "tree": lambda: tree_figure(step),
+        "mask": lambda: mask_figure(step),
+        "align": lambda: align_figure(steps, i),
+        "stats": lambda: stats_markdown(summary),
+        "hist": lambda: accept_hist_figure(summary, None if step.prefill else len(step.accepted)),
+        "timing": lambda: timing_figure(steps, i),
+        "cost": lambda: cost_figure(steps, i, curve, device=device),
+        "cost_note": lambda: cost_sentences(steps, i, curve, device=device),
+    }
+    return tuple(build[v]() if v in views else gr.skip() for v in VIEWS)
+
+
+def status(session: Session, i: int, state: str = "done") -> str:
+    """The status line for step i: 'done', 'running', 'stopping', 'stopped' (by Stop), 'timeout' (the
+    GPU call's time ran out) or 'aborted: <why>' (the GPU worker ended without a word)."""
+    s = run_summary(session.steps, i)
+    last = len(session.steps) - 1
+    n = f"**Stopped after {last + 1} steps"
+    kind, _, why = state.partition(": ")
+    where = {"done": f"**Done** · step {i} of {last}",
+             "running": f"**Decoding** · step {i}",
+             "stopping": f"**Stopping…** · step {i}",
+             "stopped": f"{n}** ({session.steps_after_stop()} after the click) · step {i} of {last}",
+             "timeout": f"{n}: this GPU call's time ran out** · step {i} of {last}",
+             "aborted": f"{n}: the GPU worker ended ({why})** · step {i} of {last}"}[kind]
+    source = f" · recorded: {session.meta['opened']}" if session.meta.get("opened") else ""
+    return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {session.meta['settings']}{source}"
+
+
+def refuse(message: str, where: str) -> str:
+    """A user error: one log line (no traceback) and one toast; returns the status line to show."""
+    log.info("refused %s: %s", where, message)
+    gr.Warning(message)
+    return f"⚠️ {message}"
+
+
+def refusal(message: str, outputs: int, where: str) -> tuple:
+    """`refuse`, as an output tuple whose first output is the status; every other output keeps its value."""
+    return (refuse(message, where), *(gr.skip() for _ in range(outputs - 1)))
