@@ -69,7 +69,7 @@ register("esp", _esp, {"k": int, "bc": budget, "lam": float, "tree": str, "init"
 register("pld", PLDDrafter, {"n": int, "draft": int, "rule": str})
 register("stand", _stand, {"bc": budget, "top": int, "n": int}, uses_bc=True)
 register("lade", LADEDrafter, {"n": int, "w": int, "g": int})
-register("tr", TRDrafter, {"tree": str, "start": str})
+register("tr", TRDrafter, {"tree": str, "start": str, "matrix": str})
 register("hybrid", HybridDrafter, {"bc": budget, "k": int, "lam": float, "init": str, "top": int, "n": int,
                                    "match": int, "draft": int, "sources": sources}, uses_bc=True)
 

@@ -57,6 +57,8 @@ def test_fill_reads_successors_by_rank_and_drops_subtrees_of_unknown_rows():
     assert tree.tokens == [1, 2, 3, 3, 1, 2]
     assert tree.parents == [-1, 0, 0, 1, 1, 4]
     assert Template(TEMPLATES["paper"]).fill(7, m).tokens == [7]  # an unknown root drafts nothing
+    zero = torch.zeros(10, WIDTH, dtype=torch.long)  # the official code's start: every row says token 0
+    assert Template(TEMPLATES["paper"]).fill(7, zero).tokens == [7] + [0] * 80
 
 
 def test_recycle_writes_every_fed_row_and_the_accepted_path_wins_a_repeat():
@@ -110,7 +112,7 @@ def test_tiny_models_lossless(tiny_lm, arch, mode):
         s = SAMPLERS[mode](seed)
         prompt = _prompt(seed, lm.vocab_size)
         ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
-        for spec in ("tr", "tr:tree=small", "tr:start=hot"):
+        for spec in ("tr", "tr:tree=small", "tr:start=hot", "tr:matrix=zero"):
             run = Decoder(lm, build(spec), sampling=s, max_new_tokens=32).generate(prompt)
             assert run.tokens == ar.tokens, (arch, mode, seed, spec)
             accepted += sum(len(st.accepted) for st in run.steps)
@@ -133,6 +135,7 @@ def test_registered_for_bench_cli_and_app():
     assert "tr" in available()
     assert build("tr").describe() == "tr tree=paper (80 nodes) start=cold"
     assert build("tr:tree=small:start=hot").describe() == "tr tree=small (23 nodes) start=hot"
+    assert build("tr:matrix=zero").describe().endswith("start=cold matrix=zero")
     from components.settings import RunSettings, knob_reasons
 
     assert knob_reasons("tr")["tree"] is None and knob_reasons("tr")["bc"] is not None
@@ -140,7 +143,7 @@ def test_registered_for_bench_cli_and_app():
 
 
 @pytest.mark.parametrize("spec, msg", [("tr:tree=dynamic", "tree must be paper"), ("tr:start=warm", "start must be cold"),
-                                       ("tr:bc=30", "unknown setting")])
+                                       ("tr:matrix=ones", "matrix must be empty"), ("tr:bc=30", "unknown setting")])
 def test_bad_tr_settings_are_one_clear_line(spec, msg):
     with pytest.raises(ESPError, match=f"^tr: .*{msg}"):
         build(spec)

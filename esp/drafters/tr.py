@@ -14,8 +14,10 @@ Choices of ours, all lossless (the shared verifier decides every token, greedy o
 - `tree=small` keeps the paper's nodes whose ranks sum to at most 1 (23 nodes on 6 levels), for a CPU,
   where every fed row costs; `tree=static` is the paper's template by the app's name for a fixed tree.
 - A row never written has no successors, so nothing is drafted below it. The official code starts from
-  a zero matrix and drafts token 0 there: the same accepted tokens (unless the target wants token 0)
-  for more rows.
+  a zero matrix (`tr:matrix=zero` here): it drafts token 0 under every unknown row, then that token's
+  row and the garbage below it, whose rows then overwrite real tokens' rows with the distributions
+  after nonsense text. On a cold start that costs tau (SmolLM2-135M, 13 questions, 64 tokens: 1.56
+  empty against 1.49 for a third-party zero-start implementation; see docs/BENCHMARKS.md).
 - `start=hot` keeps the matrix across prompts for the drafter's lifetime (the paper's hot start).
 - A token fed in several rows of one block keeps the row of the accepted path (the text that was
   actually written), else its last row: the official code leaves the winner to the scatter.
@@ -44,6 +46,7 @@ PAPER = tuple("""
 """.split())
 TEMPLATES = {"paper": PAPER, "static": PAPER, "small": tuple(p for p in PAPER if sum(map(int, p)) <= 1)}
 STARTS = ("cold", "hot")
+MATRICES = {"empty": -1, "zero": 0}  # what an unwritten row holds: no successors, or token 0 (the official code)
 
 
 class Template:
@@ -103,25 +106,28 @@ class TRDrafter(Drafter):
     name = "tr"
     source = TABLE  # drafts are the model's own past distributions, as in the hybrid's table
 
-    def __init__(self, tree: str = "paper", start: str = "cold"):
+    def __init__(self, tree: str = "paper", start: str = "cold", matrix: str = "empty"):
         if tree not in TEMPLATES:
             raise ESPError(f"tr: tree must be paper (the paper's 80 nodes) or small (23, for a CPU), not {tree!r}.")
         if start not in STARTS:
             raise ESPError(f"tr: start must be cold (a fresh matrix per prompt) or hot (kept across prompts), not {start!r}.")
+        if matrix not in MATRICES:
+            raise ESPError(f"tr: matrix must be empty (unknown rows draft nothing) or zero (the official code's zero matrix), not {matrix!r}.")
         self.tree = "paper" if tree == "static" else tree
+        self.unwritten = matrix
         self.start_mode = start
         self.template = Template(TEMPLATES[tree])
         self.matrix: torch.Tensor | None = None  # (vocabulary, WIDTH) successor tokens, -1 where unknown
 
     def describe(self) -> str:
-        return f"tr tree={self.tree} ({len(self.template)} nodes) start={self.start_mode}"
+        return f"tr tree={self.tree} ({len(self.template)} nodes) start={self.start_mode}" + (" matrix=zero" if self.unwritten == "zero" else "")
 
     def start(self, ctx: Context) -> None:
         m, lm = self.matrix, ctx.lm
         if m is None or m.shape[0] != lm.vocab_size or m.device != lm.device:
-            self.matrix = torch.full((lm.vocab_size, WIDTH), -1, dtype=torch.long, device=lm.device)
+            self.matrix = torch.full((lm.vocab_size, WIDTH), MATRICES[self.unwritten], dtype=torch.long, device=lm.device)
         elif self.start_mode == "cold":
-            m.fill_(-1)
+            m.fill_(MATRICES[self.unwritten])
 
     def propose(self, ctx: Context) -> Proposal:
         return Proposal(self.template.fill(ctx.tokens[-1], self.matrix))
