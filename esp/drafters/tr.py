@@ -8,7 +8,8 @@ Facts from the paper and its official code (Luowaterbi/TokenRecycling), kept as 
 - Drafting fills a fixed template of rank paths breadth-first: node (r1, .., rd) is the r_d-th stored
   successor of the token at node (r1, .., r_{d-1}). The paper's template (the official "2.2.2") has 80
   nodes on 6 levels (8, 21, 25, 15, 8, 3).
-- Cold start, as in the paper's main results: the matrix is emptied for every prompt.
+- Cold start, as the issue reads the paper's main table: the matrix is emptied for every prompt. (The
+  official evaluation script allocates one matrix for its whole run, which is a hot start.)
 
 Choices of ours, all lossless (the shared verifier decides every token, greedy or sampled):
 - `tree=small` keeps the paper's nodes whose ranks sum to at most 1 (23 nodes on 6 levels), for a CPU,
