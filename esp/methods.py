@@ -14,7 +14,9 @@ from .drafters.hybrid import AUTO, HybridDrafter
 from .drafters.lade import LADEDrafter
 from .drafters.pld import PLDDrafter
 from .drafters.stand import STANDDrafter
+from .drafters.tr import TRDrafter
 from .errors import ESPError
+from .trace import ESP, LOOKUP, TABLE
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,17 @@ def register(name: str, factory: Callable[..., Drafter], settings: dict[str, typ
 def budget(value: str | int) -> int | str:
     """A block budget: a number of rows, or 'auto' (chosen every step from the measured cost curve)."""
     return AUTO if str(value).strip().lower() == AUTO else int(value)
+
+
+HYBRID_SOURCES = (ESP, LOOKUP, TABLE)
+
+
+def sources(value: str) -> tuple[str, ...]:
+    """'lookup+table' -> ('lookup', 'table'): a non-empty subset of the hybrid's sources."""
+    got = tuple(dict.fromkeys(s.strip().lower() for s in str(value).split("+")))
+    if not all(got) or not set(got) <= set(HYBRID_SOURCES):
+        raise ValueError(value)
+    return got
 
 
 def _esp(bc: int | str = 30, **kw) -> Drafter:
@@ -56,10 +69,12 @@ register("esp", _esp, {"k": int, "bc": budget, "lam": float, "tree": str, "init"
 register("pld", PLDDrafter, {"n": int, "draft": int, "rule": str})
 register("stand", _stand, {"bc": budget, "top": int, "n": int}, uses_bc=True)
 register("lade", LADEDrafter, {"n": int, "w": int, "g": int})
+register("tr", TRDrafter, {"tree": str, "start": str, "matrix": str})
 register("hybrid", HybridDrafter, {"bc": budget, "k": int, "lam": float, "init": str, "top": int, "n": int,
-                                   "match": int, "draft": int}, uses_bc=True)
+                                   "match": int, "draft": int, "sources": sources}, uses_bc=True)
 
-KINDS = {tuple: "a list of integers", budget: "an integer or 'auto'"}
+KINDS = {tuple: "a list of integers", budget: "an integer or 'auto'",
+         sources: f"some of {', '.join(HYBRID_SOURCES)} joined by '+' (e.g. lookup+table)"}
 
 
 def _convert(method: str, key: str, value: str, kind: type):

@@ -310,3 +310,42 @@ def test_two_masks_compete_with_one(tiny_lm):
     assert (one.k, len(one.mask_embeds)) == (1, 1) and one.masked
     assert (two.k, len(two.mask_embeds)) == (2, 2) and two.masked
     assert d._mask_value(1) == pytest.approx(10.0) and d._mask_value(2) == pytest.approx(20.0)
+
+
+# ---------------------------------------------------------------- sources as a setting
+
+@pytest.mark.parametrize("value, want", [("esp+lookup+table", ("esp", "lookup", "table")), ("lookup+table", ("lookup", "table")),
+                                         ("table+ESP", ("esp", "table")), ("lookup", ("lookup",)), ("esp+esp", ("esp",))])
+def test_sources_setting_parses_any_subset_and_describe_names_them(value, want):
+    d = build(f"hybrid:bc=60:sources={value}")
+    assert d.sources == want
+    assert f"sources={'+'.join(want)}" in d.describe()
+    assert (" k=" in d.describe()) == ("esp" in want)  # mask settings are shown only when masks are on
+    assert build("hybrid").sources == ("esp", "lookup", "table")  # the default: every source
+
+
+@pytest.mark.parametrize("value", ["foo", "", "esp+", "pool", "esp,lookup"])
+def test_bad_sources_are_one_clear_line(value):
+    with pytest.raises(ESPError, match=r"^hybrid: setting sources=.* must be some of esp, lookup, table joined by '\+'") as e:
+        build(f"hybrid:sources={value}")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("mode", list(SAMPLERS))
+def test_a_source_that_is_off_costs_nothing_and_stays_lossless(tiny_lm, mode):
+    lm = tiny_lm("llama")
+    s = SAMPLERS[mode](1)
+    prompt = _prompt(1, lm.vocab_size)
+    ar = Decoder(lm, sampling=s, max_new_tokens=24).generate(prompt)
+    no_esp = build("hybrid:bc=24:sources=lookup+table")
+    run = Decoder(lm, no_esp, sampling=s, max_new_tokens=24).generate(prompt)
+    assert run.tokens == ar.tokens
+    assert all("mask" not in st.row_kinds for st in run.steps)  # no mask rows fed, so none computed
+    assert no_esp.mask is None and no_esp.k == 0
+    assert {src for st in run.steps for n in st.nodes for src in n.sources} <= {"lookup", "table"}
+    no_table = build("hybrid:bc=24:sources=esp+lookup")
+    run = Decoder(lm, no_table, sampling=s, max_new_tokens=24).generate(prompt)
+    assert run.tokens == ar.tokens
+    assert len(no_table.table) == 0  # nothing harvested
+    assert any("mask" in st.row_kinds for st in run.steps)
+    assert "table" not in {src for st in run.steps for n in st.nodes for src in n.sources}
