@@ -10,14 +10,18 @@
   const byId = (id) => document.getElementById(id);
 
   // A presenter's remote sends these keys; typed in a text box they keep their usual meaning.
+  const ours = (e) => KEYS[e.key] && !(e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING));
   document.addEventListener("keydown", (e) => {
-    const target = KEYS[e.key];
-    if (!target || e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING)) return;
-    const button = byId(target);
+    const button = ours(e) && byId(KEYS[e.key]);
     if (!button) return;
     e.preventDefault();
-    button.click();
+    if (!e.repeat || e.key !== " ") button.click();
   });
+  // A focused button clicks itself when Space is released: with Space taken for play / pause above, that
+  // would be a second action (a focused "next" would also step), so the release does nothing.
+  document.addEventListener("keyup", (e) => {
+    if (e.key === " " && ours(e) && byId(KEYS[e.key])) e.preventDefault();
+  }, true);
 
   function query(state) {
     const params = new URLSearchParams(location.search);

@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import re
+from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -89,11 +90,15 @@ def test_scrub_renders_a_stored_step(client, streamed):
 
 
 def test_export_files(client, streamed):
-    trace, page = sorted(client.predict(2, api_name="/export"), key=lambda p: not p.endswith(".json"))
+    paths = client.predict(2, api_name="/export")
+    assert len(paths) == 3
+    trace, page, lecture = (next(p for p in paths if tag in Path(p).name) for tag in ("trace", "figures", "lecture"))
     data = json.loads(open(trace).read())
     last = int(_value(streamed[-1][1]))
     assert len(data["steps"]) == last + 1 and data["meta"]["spec"].startswith("esp:k=2:bc=30")
     assert "Draft tree · step 2" in open(page).read()
+    lecture = open(lecture, encoding="utf-8").read()  # the whole run as a player (tests/test_lecture.py plays it)
+    assert lecture.count('"words": ') == last + 1  # one frame per step
 
 
 @pytest.mark.parametrize("bad, message", [

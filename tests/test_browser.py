@@ -71,7 +71,7 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     expect(page.locator("#tree-plot .gtitle")).to_contain_text("step")
     page.locator("#prompt textarea").fill("Count from 1 to 10, separated by commas.")
     settings(page, 2, 24, 14)
-    expect(page.locator("#status")).to_contain_text("BC=24", timeout=HANG_MS)  # the live settings check
+    expect(page.locator("#settings-note")).to_contain_text("BC=24", timeout=HANG_MS)  # the live settings check
     page.locator("#run").click()
     status = page.locator("#status")
     expect(status).to_contain_text("Done", timeout=3 * HANG_MS)
