@@ -132,6 +132,8 @@ def build_app() -> gr.Blocks:
                     focus = gr.Dropdown([], value=None, label="Focus on a node", elem_id="focus",
                                         info="outlined in the tree, the mask, the text and the alignment")
                 focus_note = gr.Markdown(elem_id="focus-note")
+                # A click on a tree node writes "index:time" here (assets/explorer.js).
+                focus_click = gr.Textbox(visible="hidden", elem_id="focus-click")
                 words = gr.Markdown(elem_id="step-words")
                 with gr.Tabs() as tabs:
                     with gr.Tab("Run", id="run"):
@@ -225,6 +227,8 @@ def build_app() -> gr.Blocks:
         nxt.click(calls.step_by(1), [session, scrub], scrubbed, api_visibility="private", concurrency_limit=None)
         focus.input(calls.show_step, [session, scrub, focus], scrubbed, api_visibility="private",
                     concurrency_limit=None, show_progress="hidden")
+        focus_click.change(lesson.clicked, [session, scrub, focus_click], scrubbed, api_visibility="private",
+                          concurrency_limit=None, show_progress="hidden")
         scrub.change(None, scrub, goto, js=STEP_JS)
         trace_key.change(None, trace_key, None, js=TRACE_JS)
         # Playback: ticks are skipped, not queued, while a step is still being drawn (trigger_mode "once").

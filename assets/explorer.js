@@ -104,6 +104,23 @@
     }
   }
 
+  // A click on a node of the draft tree focuses it: the node index (customdata[4] of the tree's node traces)
+  // goes into the hidden #focus-click box, which the server answers like a choice in the Focus box. The tree
+  // is redrawn at every step, so the handler is attached to whichever plot is there now.
+  function listenToTree() {
+    const plot = document.querySelector("#tree-plot .js-plotly-plot");
+    if (!plot || plot.espListening || typeof plot.on !== "function") return;
+    plot.espListening = true;
+    plot.on("plotly_click", (event) => {
+      const node = event.points?.[0]?.customdata?.[4];
+      const box = document.querySelector("#focus-click textarea, #focus-click input");
+      if (node === undefined || !box) return;
+      box.value = `${node}:${Date.now()}`;  // a fresh value each click, so a repeated click still counts
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+    });
+  }
+  setInterval(listenToTree, 500);
+
   window.espExplorer = api;
   // Gradio renders the page after this script runs: wait for the controls column to exist.
   let tries = 0;

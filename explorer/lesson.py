@@ -83,6 +83,12 @@ def trace_controls(session: Session | None) -> tuple:
     return (meta.get("shipped", ""), *(gr.skip() if values.get(c) is None else values[c] for c in CONTROLS))
 
 
+def clicked(session: Session | None, i: float, click: str | None) -> tuple:
+    """A click on the tree ("node:time", from the page's script): the step re-rendered with that node in
+    focus, as if chosen in the Focus box. Outputs: status, scrubber, *VIEWS."""
+    return show_step(session, i, whole(str(click or "").partition(":")[0]))
+
+
 # ---------------------------------------------------------------- playback
 
 def period(speed: float | None) -> float:

@@ -51,13 +51,15 @@ def _tree_tokens(tree: dict) -> tuple[str, list[str]]:
 
 
 def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
-    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note = streamed[-1]
+    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note, words, focus, note = streamed[-1]
     assert len(streamed) >= 2  # at least the first step, then the final one
     assert all(o[0].startswith("**Decoding** · step") for o in streamed[:-1])
     assert status.startswith("**Done**")
     steps = [int(_value(o[1])) for o in streamed]
     assert steps == sorted(steps) and steps[0] == 0  # the prefill is sent at once, then newer steps only
     last = int(status.split(" of ")[1].split(" ")[0])
+    assert f"**Step {last}**" in words and note == ""  # the step in words; no node in focus
+    assert [c[1] for c in focus["choices"]][:1] == [0]  # the Focus box offers the step's nodes, from the root
     assert steps[-1] == last  # the last step always reaches the page
     assert "τ" in stats and _figure(mask)["data"][0]["type"] == "heatmap"
     assert _figure(align)["data"], "k=2 runs record alignment after a few steps"

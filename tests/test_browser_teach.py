@@ -205,6 +205,13 @@ def test_focus_outlines_the_node_across_views(site, page):
     expect_step(page, 14)
     expect(page.locator("#focus-note")).to_have_text("", timeout=HANG_MS)
 
+    root = page.locator("#tree-plot .scatterlayer .points path").first  # a click on the tree focuses too
+    root.scroll_into_view_if_needed()
+    box = root.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    expect(page.locator("#focus-note")).to_contain_text("Node ", timeout=HANG_MS)
+
 
 def test_present_mode_theme_size_view_and_lecture_export(site, page):
     from playwright.sync_api import expect
