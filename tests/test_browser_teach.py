@@ -83,6 +83,7 @@ def test_link_opens_a_step_with_its_settings_and_follows_the_step(site, page):
 
     open_url(site, "?trace=trace_masks&step=7")
     expect_step(page, 7)
+    expect(page.locator("#tour-offer")).to_contain_text("Press Tour")  # a first visit is offered the tour
     expect(page.locator("#goto input")).to_have_value("7")
     expect(page.locator("#status")).to_contain_text("recorded: trace_masks.json")
     expect(page.locator("#method input")).to_have_value("esp")  # the trace's own settings, not the defaults
@@ -113,6 +114,7 @@ def test_bad_link_is_clamped_in_one_status_line(site, page):
 
     open_url(site, "?trace=trace_masks&step=999&tab=nowhere")
     expect_step(page, LAST)
+    expect(page.locator("#tour-offer")).to_have_text("")  # once: the browser remembers
     status = page.locator("#status")
     expect(status).to_contain_text("steps 0-24, not 999")
     assert "no tab 'nowhere'" in status.inner_text() and "\n" not in status.inner_text().strip()
@@ -170,7 +172,11 @@ def test_tour_walks_its_stops_with_one_spotlight(site, page):
     from components.tour import load_tour
 
     stops = load_tour()
-    open_url(site, "")
+    open_url(site, "")  # the first shipped run (the hybrid one), at its last step, with its own settings
+    expect(page.locator("#method input")).to_have_value("hybrid", timeout=HANG_MS)
+    expect(page.locator("#k input[type=number]")).to_have_value("1")
+    expect_step(page, 4)
+    expect(page.locator("#goto input")).to_have_value("4")
     page.locator("#tour").click()
     text = page.locator("#tour-text")
     expect(text).to_contain_text(f"stop 1 of {len(stops)}", timeout=HANG_MS)
