@@ -57,11 +57,11 @@ def settings(page, k: int, bc: int, max_new: int) -> None:
 
 def run_to_done(page, timeout: int = 3 * HANG_MS) -> None:
     """Press Run and wait for this run's "Done" (the status said "Done" before, for the shown run, and keeps
-    saying it under Gradio's "processing" overlay until the run's first update)."""
-    before = page.locator("#status").inner_text()
+    saying it until the run's first update)."""
+    shown = "() => document.querySelector('#status [data-testid=markdown]').innerText"  # not the progress overlay
+    before = page.evaluate(shown)
     page.locator("#run").click()
-    page.wait_for_function("(before) => { const t = document.querySelector('#status').innerText; "
-                           "return t !== before && t.includes('Done') && !t.includes('processing'); }",
+    page.wait_for_function(f"(before) => {{ const t = ({shown})(); return t !== before && t.includes('Done'); }}",
                            arg=before, timeout=timeout)
 
 
