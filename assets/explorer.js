@@ -10,14 +10,18 @@
   const byId = (id) => document.getElementById(id);
 
   // A presenter's remote sends these keys; typed in a text box they keep their usual meaning.
+  const ours = (e) => KEYS[e.key] && !(e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING));
   document.addEventListener("keydown", (e) => {
-    const target = KEYS[e.key];
-    if (!target || e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING)) return;
-    const button = byId(target);
+    const button = ours(e) && byId(KEYS[e.key]);
     if (!button) return;
     e.preventDefault();
-    button.click();
+    if (!e.repeat || e.key !== " ") button.click();
   });
+  // A focused button clicks itself when Space is released: with Space taken for play / pause above, that
+  // would be a second action (a focused "next" would also step), so the release does nothing.
+  document.addEventListener("keyup", (e) => {
+    if (e.key === " " && ours(e) && byId(KEYS[e.key])) e.preventDefault();
+  }, true);
 
   function query(state) {
     const params = new URLSearchParams(location.search);
@@ -99,6 +103,23 @@
       controls.before(toggle);
     }
   }
+
+  // A click on a node of the draft tree focuses it: the node index (customdata[4] of the tree's node traces)
+  // goes into the hidden #focus-click box, which the server answers like a choice in the Focus box. The tree
+  // is redrawn at every step, so the handler is attached to whichever plot is there now.
+  function listenToTree() {
+    const plot = document.querySelector("#tree-plot .js-plotly-plot");
+    if (!plot || plot.espListening || typeof plot.on !== "function") return;
+    plot.espListening = true;
+    plot.on("plotly_click", (event) => {
+      const node = event.points?.[0]?.customdata?.[4];
+      const box = document.querySelector("#focus-click textarea, #focus-click input");
+      if (node === undefined || !box) return;
+      box.value = `${node}:${Date.now()}`;  // a fresh value each click, so a repeated click still counts
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+    });
+  }
+  setInterval(listenToTree, 500);
 
   window.espExplorer = api;
   // Gradio renders the page after this script runs: wait for the controls column to exist.

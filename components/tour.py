@@ -8,12 +8,9 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 TOUR = ASSETS / "tour.json"
-# The page's views a stop may point at (their elem_ids in app.py). PENDING: ids the lesson wiring adds to
-# the page (issue 17); tests/test_tour.py checks the others against app.py and that PENDING empties.
-PAGE_VIEWS = ("text-view", "stats", "tree-plot", "mask-plot", "cost-plot", "cost-note", "align-plot", "hist-plot",
-              "timing-plot", "whatif-tab", "open-tab", "scrub-row", "controls")
-PENDING = ("step-words", "size-plot")
-VIEWS = PAGE_VIEWS + PENDING
+# The page's views a stop may point at (their elem_ids in app.py; tests/test_tour.py checks them there).
+VIEWS = ("text-view", "stats", "tree-plot", "mask-plot", "cost-plot", "cost-note", "align-plot", "hist-plot",
+         "timing-plot", "whatif-tab", "open-tab", "scrub-row", "controls", "step-words", "size-plot")
 MIN_STOPS, MAX_STOPS = 8, 12
 
 

@@ -20,6 +20,7 @@ import gradio as gr
 from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
 from components.export import read_trace_json, write_figures_html, write_trace_json
+from components.lecture import write_lecture
 from components.limits import Limits
 from components.settings import KNOBS, RunSettings, knob_reasons
 from components.tree_plot import tree_figure
@@ -42,7 +43,10 @@ ASSETS = ROOT / "assets"
 LIMITS = Limits.from_env()
 # Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
 TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
-          "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json"}
+          "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json",
+          "Qwen2.5-Coder-0.5B: ESP out-drafts the baselines (counting)": ASSETS / "trace_qwen05.json"}
+# The same traces by file stem: their names in a link (?trace=trace_masks) and in the tour.
+SHIPPED = {path.stem: path for path in TRACES.values()}
 # While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not
 # sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering clicks).
 # The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
@@ -87,12 +91,21 @@ def _warm(name: str) -> None:
 
 # ---------------------------------------------------------------- stored steps (no model)
 
-def show_step(session: Session | None, i: float | None) -> tuple:
-    """Re-render a stored step (the scrubber); needs no model. Outputs: status, scrubber, *VIEWS."""
+def whole(value, default: int | None = None) -> int | None:
+    """`value` (a number, or its text from a link or the API) as an int; `default` when it is none."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def show_step(session: Session | None, i: float | None, focus: float | None = None) -> tuple:
+    """Re-render a stored step (the scrubber), with node `focus` of it outlined in every view if given;
+    needs no model. Outputs: status, scrubber, *VIEWS."""
     if session is None or not session.steps:
         return refusal("Nothing to show yet: press Run first.", 2 + len(VIEWS), "show_step")
-    i = min(max(int(i or 0), 0), len(session.steps) - 1)
-    return (status(session, i), gr.update(value=i), *render(session, i))
+    i = min(max(whole(i, 0), 0), len(session.steps) - 1)
+    return (status(session, i), gr.update(value=i), *render(session, i, focus=whole(focus)))
 
 
 def step_by(delta: int):
@@ -101,15 +114,17 @@ def step_by(delta: int):
     return move
 
 
-def _shown(session: Session, state: str = "done") -> tuple:
-    """The whole last step with its status: the output that closes a run or opens a trace."""
-    i = len(session.steps) - 1
-    return (status(session, i, state), gr.update(maximum=max(i, 1), value=i), *render(session, i), session)
+def _shown(session: Session, state: str = "done", i: int | None = None) -> tuple:
+    """Step i (default: the last) with its status: the output that closes a run or opens a trace."""
+    last = len(session.steps) - 1
+    i = last if i is None else i
+    return (status(session, i, state), gr.update(maximum=max(last, 1), value=i), *render(session, i), session)
 
 
-def open_trace(file: str | None, session: Session | None = None) -> tuple:
+def open_trace(file: str | None, session: Session | None = None, step: int | None = None) -> tuple:
     """Show a recorded trace (exported by the app, or shipped in assets/) with every view, without any
-    model. Outputs: (status, scrubber, *VIEWS, session); a malformed or foreign file gets one line."""
+    model, at `step` (default: its last). Outputs: (status, scrubber, *VIEWS, session); a malformed or
+    foreign file gets one line."""
     outputs = 3 + len(VIEWS)
     if not file:
         return refusal("Choose a trace file (.json) first.", outputs, "open_trace")
@@ -127,18 +142,24 @@ def open_trace(file: str | None, session: Session | None = None) -> tuple:
     session.steps, session.clocks, session.meta = steps, [], dict(meta)
     session.meta.setdefault("settings", meta.get("spec", steps[0].method))
     session.meta["opened"] = Path(file).name
-    return _shown(session)
+    session.meta.pop("shipped", None)  # an export of a shipped trace is a file like any other
+    return _shown(session, i=None if step is None else min(max(step, 0), len(steps) - 1))
 
 
-def open_shipped(name: str, session: Session | None = None) -> tuple:
-    """Open one of the recorded traces shipped in assets/ (TRACES)."""
-    if name not in TRACES:
+def open_shipped(name: str, session: Session | None = None, step: int | None = None) -> tuple:
+    """Open one of the recorded traces shipped in assets/, by its label in TRACES or its file stem."""
+    path = TRACES.get(name) or SHIPPED.get(name)
+    if path is None:
         return refusal(f"No recorded trace called {name!r}.", 3 + len(VIEWS), "open_trace")
-    return open_trace(str(TRACES[name]), session)
+    out = open_trace(str(path), session, step)
+    if isinstance(out[-1], Session):
+        out[-1].meta["shipped"] = path.stem  # its name in a link
+    return out
 
 
 def export(session: Session | None, i: float) -> list[str]:
-    """The run's trace as JSON and the figures of the shown step as one standalone HTML page."""
+    """The run's trace as JSON, the figures of the shown step as one standalone HTML page, and the whole
+    run as a lecture file (a standalone HTML player of every step: components/lecture.py)."""
     if session is None or not session.steps:
         refuse("Nothing to export yet: press Run first.", "export")
         return gr.skip()
@@ -150,6 +171,7 @@ def export(session: Session | None, i: float) -> list[str]:
     return [
         str(write_trace_json(session.steps, session.meta, folder / f"esp-trace-{stamp}.json")),
         str(write_figures_html(figures, folder / f"esp-figures-step{i}-{stamp}.html")),
+        str(write_lecture(session.steps, session.meta, folder / f"esp-lecture-{stamp}.html")),
     ]
 
 

@@ -7,8 +7,10 @@ import gradio as gr
 
 from components.align_plot import align_figure
 from components.cost_view import cost_figure, cost_sentences
+from components.focus import focus_choices, focus_node, focus_note
 from components.mask_plot import mask_figure
 from components.stats import accept_hist_figure, run_summary, stats_markdown, timing_figure
+from components.step_words import step_words
 from components.text_view import token_sources
 from components.tree_plot import tree_figure
 
@@ -16,28 +18,37 @@ from .session import Session
 
 log = logging.getLogger("esp.app")
 # Output order of every per-step render; the run's last output tuple therefore holds text + figures.
-VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note")
+# New views go last, so that the outputs of the first ones keep their places in the API.
+# "words": the step in words; "focus": the Focus box (its choices are the step's nodes); "focus_note".
+VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note", "words", "focus",
+         "focus_note")
 # The views that change most per step: sent at every streamed update (the others less often).
-FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note")
+FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note", "words", "focus", "focus_note")
 
 
-def render(session: Session, i: int, views: tuple[str, ...] = VIEWS) -> tuple:
+def render(session: Session, i: int, views: tuple[str, ...] = VIEWS, focus: int | None = None) -> tuple:
     """The per-step views for step i of the stored run, in VIEWS order; views not in `views` are
-    gr.skip() (left as they are on the page)."""
+    gr.skip() (left as they are on the page). `focus`: a node of step i outlined in the tree, the mask,
+    the text and the alignment (ignored when the step has no such node; the note says so)."""
     steps = session.steps
     step = steps[i]
+    focus = None if focus is None else int(focus)
+    shown = focus if focus_node(step, focus) is not None else None
     curve, device = session.meta.get("curve"), session.meta.get("device")
     summary = run_summary(steps, i) if {"stats", "hist"} & set(views) else None
     build = {
-        "text": lambda: token_sources(steps, i),
-        "tree": lambda: tree_figure(step),
-        "mask": lambda: mask_figure(step),
-        "align": lambda: align_figure(steps, i),
+        "text": lambda: token_sources(steps, i, focus=shown),
+        "tree": lambda: tree_figure(step, focus=shown),
+        "mask": lambda: mask_figure(step, focus=shown),
+        "align": lambda: align_figure(steps, i, focus=shown),
         "stats": lambda: stats_markdown(summary),
         "hist": lambda: accept_hist_figure(summary, None if step.prefill else len(step.accepted)),
         "timing": lambda: timing_figure(steps, i),
         "cost": lambda: cost_figure(steps, i, curve, device=device),
         "cost_note": lambda: cost_sentences(steps, i, curve, device=device),
+        "words": lambda: step_words(step, session.meta),
+        "focus": lambda: gr.update(choices=focus_choices(step), value=shown),
+        "focus_note": lambda: focus_note(step, focus),
     }
     return tuple(build[v]() if v in views else gr.skip() for v in VIEWS)
 

@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import re
+from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -50,13 +51,15 @@ def _tree_tokens(tree: dict) -> tuple[str, list[str]]:
 
 
 def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
-    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note = streamed[-1]
+    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note, words, focus, note = streamed[-1]
     assert len(streamed) >= 2  # at least the first step, then the final one
     assert all(o[0].startswith("**Decoding** · step") for o in streamed[:-1])
     assert status.startswith("**Done**")
     steps = [int(_value(o[1])) for o in streamed]
     assert steps == sorted(steps) and steps[0] == 0  # the prefill is sent at once, then newer steps only
     last = int(status.split(" of ")[1].split(" ")[0])
+    assert f"**Step {last}**" in words and note == ""  # the step in words; no node in focus
+    assert [c[1] for c in focus["choices"]][:1] == [0]  # the Focus box offers the step's nodes, from the root
     assert steps[-1] == last  # the last step always reaches the page
     assert "τ" in stats and _figure(mask)["data"][0]["type"] == "heatmap"
     assert _figure(align)["data"], "k=2 runs record alignment after a few steps"
@@ -89,11 +92,15 @@ def test_scrub_renders_a_stored_step(client, streamed):
 
 
 def test_export_files(client, streamed):
-    trace, page = sorted(client.predict(2, api_name="/export"), key=lambda p: not p.endswith(".json"))
+    paths = client.predict(2, api_name="/export")
+    assert len(paths) == 3
+    trace, page, lecture = (next(p for p in paths if tag in Path(p).name) for tag in ("trace", "figures", "lecture"))
     data = json.loads(open(trace).read())
     last = int(_value(streamed[-1][1]))
     assert len(data["steps"]) == last + 1 and data["meta"]["spec"].startswith("esp:k=2:bc=30")
     assert "Draft tree · step 2" in open(page).read()
+    lecture = open(lecture, encoding="utf-8").read()  # the whole run as a player (tests/test_lecture.py plays it)
+    assert lecture.count('"words": ') == last + 1  # one frame per step
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -47,6 +47,7 @@ def test_shipped_traces_render_every_view_without_a_model(opened):
     from explorer.views import VIEWS
 
     assert set(opened) == set(TRACES)
+    assert "trace_qwen05" in {p.stem for p in TRACES.values()}  # the paper's lesson: a bigger model
     for name, r in opened.items():
         assert r["status"].startswith("**Done**") and r["steps"] >= 3
         assert r["views"] == len(VIEWS) and r["figures"] == 6  # tree, mask, align, hist, timing, cost
@@ -60,4 +61,4 @@ def test_shipped_traces_are_small_and_record_masks():
         data = json.loads(path.read_text())
         assert path.stat().st_size < 400_000
         assert all(step["mask"] for step in data["steps"])  # the mask view has data at every step
-        assert data["meta"]["model_name"] == "embedded" and data["meta"]["prompt_ids"]
+        assert data["meta"]["model_name"] and data["meta"]["prompt_ids"]  # what-if knows its model
