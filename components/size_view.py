@@ -11,11 +11,11 @@ from .common import FAINT, STATUS_COLORS, base_layout, figure, message_figure
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "model_size.json"
 TITLE = "Tokens per forward (τ) by model size"
-BASELINES = {"pld": "#e0a030", "stand": "#2fa5b8", "lade": "#c0609a"}
+BASELINES = {"pld": "#e0a030", "stand": "#2fa5b8", "lade": "#c0609a", "tr": "#8a6d3b"}
 ESP = "esp:k=1:bc=60"  # the ESP setting drawn: the best overall on both measured models (docs/BENCHMARKS.md)
 WHY = ("Why the margin grows: ESP's drafts are the model's own guesses at later positions, so a model that "
-       "already knows more of its future drafts better, while the n-gram baselines can only copy text that is "
-       "already there, whatever the model knows.")
+       "already knows more of its future drafts better, while the baselines can only reuse text or next-token "
+       "lists already seen, whatever the model knows.")
 
 
 def load_sizes(path: str | Path = RESULTS) -> dict:

@@ -1,6 +1,7 @@
 """Build or update docs/results/model_size.json (the app's "model size" view) from esp.bench JSON results.
 
-    python scripts/model_size.py docs/results/smollm2_dev64.json docs/results/qwen05_dev.json
+    python scripts/model_size.py docs/results/size_smollm2_135m.json docs/results/size_qwen05_bf16.json \
+        docs/results/size_qwen15_bf16.json
     python scripts/model_size.py out/qwen15.json --machine "1 H200"   # adds or replaces that model's run
 
 Each bench file (`python -m esp.bench --json`, or scripts/merge_bench.py's output) becomes one run: the model,

@@ -12,8 +12,9 @@ import pytest
 from components.size_view import ESP, RESULTS, load_sizes, size_figure, size_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = {"embedded": ROOT / "docs" / "results" / "smollm2_dev64.json",
-         "qwen2.5-coder-0.5b": ROOT / "docs" / "results" / "qwen05_dev.json"}
+BENCH = {"embedded": ROOT / "docs" / "results" / "size_smollm2_135m.json",
+         "qwen2.5-coder-0.5b": ROOT / "docs" / "results" / "size_qwen05_bf16.json",
+         "qwen2.5-coder-1.5b": ROOT / "docs" / "results" / "size_qwen15_bf16.json"}
 
 
 @pytest.fixture(scope="module")
