@@ -96,13 +96,14 @@ def responsiveness(probe_for_s: float = 30.0) -> dict:
     from playwright.sync_api import expect, sync_playwright
 
     from app_server import serve
-    from test_browser import ARGS, CHROMIUM, probe_s, settings
+    from test_browser import ARGS, CHROMIUM, choose, probe_s, settings
 
     with serve() as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(url)
         page.locator("#prompt textarea").fill("Write a long story about a robot who learns to paint.")
+        choose(page, "method", "esp")  # the page opens with the shipped run's method (the hybrid)
         settings(page, 1, 60, 512)
         status = page.locator("#status")
         page.locator("#run").click()
