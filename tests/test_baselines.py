@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import spec_bench
+from lossless_runs import SAMPLERS
 from esp.drafters.base import Context
 from esp.drafters.lade import LADEDrafter, remember, window_geometry
 from esp.drafters.pld import lookup
@@ -19,10 +20,6 @@ from esp.sampling import Sampling
 from esp.tree import best_first
 
 SPECS = ("pld", "pld:n=2:rule=hf", "stand:bc=20", "lade", "lade:n=3:w=4:g=3")
-SAMPLERS = {
-    "greedy": lambda seed: Sampling(seed=seed),
-    "sampling": lambda seed: Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=seed),
-}
 
 
 # ---- PLD lookup -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import ARCHS, spec_bench
+from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
 from esp import cost
 from esp.budget import choose
 from esp.calibrate import Calibrator, bucket
@@ -19,17 +20,7 @@ from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
 
-SAMPLERS = {
-    "greedy": lambda seed: Sampling(seed=seed),
-    "sampling": lambda seed: Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=seed),
-}
 FLAT = CostCurve([1, 128], [1.0, 1.0])  # a GPU-like machine: any width up to 128 rows costs one forward
-
-
-def _prompt(seed: int, vocab: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randint(0, vocab, (5 + seed % 5,), generator=g).tolist()
-    return base * 3 + base[:2]
 
 
 # ---------------------------------------------------------------- cost curve
@@ -261,22 +252,20 @@ def test_bad_hybrid_settings_are_one_clear_line(spec, msg):
 SPECS = ("hybrid:bc=24", "hybrid:bc=40:k=2", "esp:bc=auto", "stand:bc=auto")
 
 
+def _flat_hybrid() -> HybridDrafter:
+    d = build("hybrid")
+    d.curve = FLAT  # bc=auto on a GPU-like curve drafts wide
+    return d
+
+
 @pytest.mark.parametrize("mode", list(SAMPLERS))
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_models_lossless(tiny_lm, arch, mode):
     lm = tiny_lm(arch)
-    accepted = 0
-    for seed in range(3):
-        s = SAMPLERS[mode](seed)
-        prompt = _prompt(seed, lm.vocab_size)
-        ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
-        for spec in SPECS + ("hybrid",):
-            d = build(spec)
-            if spec == "hybrid":
-                d.curve = FLAT  # bc=auto on a GPU-like curve drafts wide
-            run = Decoder(lm, d, sampling=s, max_new_tokens=32).generate(prompt)
-            assert run.tokens == ar.tokens, (arch, mode, seed, spec)
-            accepted += sum(len(st.accepted) for st in run.steps)
+    drafters = {spec: lambda spec=spec: build(spec) for spec in SPECS}
+    drafters["hybrid"] = _flat_hybrid
+    accepted = sum(accepted_if_lossless(lm, SAMPLERS[mode](seed), _prompt(seed, lm.vocab_size), drafters,
+                                        (arch, mode, seed)) for seed in range(3))
     assert accepted > 0
 
 

@@ -5,14 +5,11 @@ import pytest
 import torch
 
 from conftest import ARCHS, spec_bench
+from lossless_runs import SAMPLERS
 from esp.drafters.esp import ESPConfig, ESPDrafter
 from esp.engine import Decoder
 from esp.sampling import Sampling
 
-SAMPLERS = {
-    "greedy": lambda seed: Sampling(seed=seed),
-    "sampling": lambda seed: Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=seed),
-}
 
 
 def _prompt(seed: int, vocab: int) -> list[int]:

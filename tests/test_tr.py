@@ -7,25 +7,13 @@ import pytest
 import torch
 
 from conftest import ARCHS, spec_bench
+from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
 from esp.drafters.base import Proposal, StepResult
 from esp.drafters.tr import PAPER, TEMPLATES, WIDTH, Template, TRDrafter, recycle
 from esp.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import available, build
-from esp.sampling import Sampling
 from esp.tree import DraftTree
-
-SAMPLERS = {
-    "greedy": lambda seed: Sampling(seed=seed),
-    "sampling": lambda seed: Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=seed),
-}
-
-
-def _prompt(seed: int, vocab: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randint(0, vocab, (5 + seed % 5,), generator=g).tolist()
-    return base * 3 + base[:2]
-
 
 def test_paper_template_is_the_official_80_nodes_and_small_is_its_rank_sum_1_part():
     paper = Template(TEMPLATES["paper"])
@@ -107,15 +95,9 @@ def test_cold_start_forgets_between_prompts_and_hot_start_keeps_the_matrix(tiny_
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_models_lossless(tiny_lm, arch, mode):
     lm = tiny_lm(arch)
-    accepted = 0
-    for seed in range(3):
-        s = SAMPLERS[mode](seed)
-        prompt = _prompt(seed, lm.vocab_size)
-        ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
-        for spec in ("tr", "tr:tree=small", "tr:start=hot", "tr:matrix=zero"):
-            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=32).generate(prompt)
-            assert run.tokens == ar.tokens, (arch, mode, seed, spec)
-            accepted += sum(len(st.accepted) for st in run.steps)
+    specs = {spec: lambda spec=spec: build(spec) for spec in ("tr", "tr:tree=small", "tr:start=hot", "tr:matrix=zero")}
+    accepted = sum(accepted_if_lossless(lm, SAMPLERS[mode](seed), _prompt(seed, lm.vocab_size), specs,
+                                        (arch, mode, seed)) for seed in range(3))
     assert accepted > 0  # the comparison exercised accepted drafts, not only bonus tokens
 
 
