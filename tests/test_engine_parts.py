@@ -199,3 +199,22 @@ def test_commit_keeps_prefix_and_accepted_rows_in_order():
     assert cache.layers[0].values[0, 1, :, 0].tolist() == [-0.0, -1, -2, -3, -4, -6, -9]
     commit(cache, 2, [0, 1])
     assert cache.layers[0].keys.shape[2] == 4
+
+
+def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
+    """m <- m + lambda (e(x) - m) per emitted token, from the mean of the prompt's embeddings."""
+    from esp.drafters.base import Context
+    from esp.drafters.esp import MaskEmbedding
+
+    lm = tiny_lm("llama")
+    prompt, out = [3, 9, 4, 7], [5, 11, 2]
+    mask = MaskEmbedding(k=2, lam=0.1)
+    mask.start(Context(lm, prompt + out, len(prompt), Sampling(), 0, False))
+    e = lm.embed(prompt + out)
+    want = e[: len(prompt)].mean(0)
+    for x in e[len(prompt) :]:
+        want = want + 0.1 * (x - want)
+    assert torch.allclose(mask.m, want.expand(2, -1), atol=1e-12)
+    mask.update(lm, [6])
+    assert torch.allclose(mask.m[1], want + 0.1 * (lm.embed([6])[0] - want), atol=1e-12)
+    assert not torch.equal(mask.m, mask.m0)

@@ -100,14 +100,12 @@ class MaskEmbedding:
         self.update(ctx.lm, ctx.tokens[ctx.n_prompt :])
 
     def update(self, lm, tokens: list[int]) -> None:
-        """m <- m + lambda (e(x) - m) for each emitted token x, in order, in closed form:
-        after n tokens m = (1-l)^n m + sum_i l (1-l)^(n-1-i) e_i."""
+        """m <- m + lambda (e(x) - m) for each emitted token x, in order. One in-place lerp per token:
+        a step emits a few tokens, and a lerp is one kernel where the closed form takes six."""
         if not tokens:
             return
-        e = lm.embed(tokens).to(self.m.dtype)
-        keep = (1 - self.lam) ** torch.arange(len(tokens) - 1, -1, -1, dtype=torch.float64)
-        w = (self.lam * keep).to(device=e.device, dtype=e.dtype)
-        self.m.mul_((1 - self.lam) ** len(tokens)).add_(w @ e)
+        for e in lm.embed(tokens).to(self.m.dtype):
+            self.m.lerp_(e, self.lam)
 
     def embeds(self, dtype: torch.dtype) -> torch.Tensor:
         return self.m.to(dtype)
