@@ -34,6 +34,7 @@ CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plu
 DRIFT = 0.2  # t(1) off the measured curve by more than this share ...
 DRIFT_STEPS = 32  # ... for this many one-row steps in a row: the curve is measured again
 NOISE = 1.0  # a fall between neighbouring knots within this many times their summed spreads is noise
+REMEASURE_REPEATS = 3  # timings per width when a stale curve is measured again mid-session (5 at first use)
 
 
 @dataclass
@@ -222,15 +223,22 @@ def curve_for(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
     return curve
 
 
-def refresh(lm, old: CostCurve, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
+def refresh(lm, old: CostCurve, cap: int | None = None, grid: tuple[int, ...] = GRID,
+            repeats: int = REMEASURE_REPEATS) -> CostCurve:
     """`lm`'s curve measured again (`old` went stale), saved and used from now on.
 
+    It runs in the middle of a session, inside a prompt's time, so it is kept cheap: `repeats` timings per
+    width, and with `cap` (the widest block the drafter may pick) only the grid up to the first width
+    that covers it. Wider blocks extrapolate the last segment. On a 0.5B model on a CPU that is about half
+    the forwards of a first measurement.
     A re-measure that finds t(1) where `old` had it (within DRIFT) shows the drift came from elsewhere,
     e.g. longer contexts than the timed one: the next re-measure then waits twice as long, so useless
     re-measures stay O(log steps)."""
     key = old.key or curve_key(lm)
     if _CURVES.get(key, old) is not old:  # another drafter sharing `old` has measured it again already
         return _CURVES[key]
+    if cap is not None:
+        grid = tuple(q for i, q in enumerate(grid) if i < 2 or grid[i - 1] < cap)
     new = _measured(lm, key, grid, repeats)
     same = max(new.t[0] / old.base, old.base / new.t[0]) <= 1 + DRIFT
     new.patience = old.patience * 2 if same else DRIFT_STEPS

@@ -12,7 +12,7 @@ from esp import cost
 from esp.budget import LOSS_BUDGET, PLAIN_GAP, Backoff, choose
 from esp.cost import DRIFT, DRIFT_STEPS, CostCurve, smooth
 from esp.drafters.base import Context
-from esp.drafters.hybrid import HybridDrafter
+from esp.drafters.hybrid import AUTO_CAP, HybridDrafter
 from esp.engine import Decoder
 from esp.sampling import Sampling
 from esp.tree import DraftTree
@@ -202,8 +202,10 @@ def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, m
     monkeypatch.setenv("ESP_CACHE", str(tmp_path))
     monkeypatch.setattr(cost, "_CURVES", {})
     machine = {"t1": 1.5}  # a fake timer: what a re-measure finds on this machine now
+    asked = []
 
     def fake(lm, grid, repeats=5):
+        asked.append((grid, repeats))
         return {q: [machine["t1"] * (1 + 0.1 * q) + e for e in (0.0, 0.01, -0.01)] for q in (1, 2, 4)}
 
     monkeypatch.setattr(cost, "samples", fake)
@@ -217,6 +219,9 @@ def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, m
         old.observe(1, 1.65)
     d.start(ctx)
     assert d.curve is not old and d.curve.t[0] == pytest.approx(1.65) and d.curve.patience == DRIFT_STEPS
+    # Mid-session, so cheap: fewer timings, and no width beyond the first grid point covering bc=auto's cap.
+    assert asked == [(tuple(q for q in cost.GRID if q <= AUTO_CAP), cost.REMEASURE_REPEATS)]
+    assert cost.REMEASURE_REPEATS < 5 and max(cost.GRID) > AUTO_CAP
     saved = json.loads((tmp_path / "costs" / f"{old.key}.json").read_text())
     assert saved["t"] == pytest.approx(d.curve.t, abs=1e-6) and saved["spread"] == pytest.approx([0.01] * 3)
     monkeypatch.setattr(cost, "samples", lambda *a, **k: pytest.fail("measured twice"))

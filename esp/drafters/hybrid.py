@@ -117,7 +117,7 @@ class HybridDrafter(Drafter):
         if self.curve is None:
             self.curve = curve_for(ctx.lm)
         elif self.curve.stale:  # the machine's one-row time moved away from the measured curve and stayed
-            self.curve = refresh(ctx.lm, self.curve)
+            self.curve = refresh(ctx.lm, self.curve, self.cap)
         if self.bc == AUTO:
             if self.backoff is None:
                 self.backoff = Backoff()
