@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -17,6 +18,14 @@ QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 # Checked last: a test run must leave the checkout as it found it (tests/test_tree_clean.py).
 TREE_CHECK = "test_tree_clean.py"
 _TREE_AT_START = pytest.StashKey()
+
+
+def script_module(name: str):
+    """scripts/<name>.py imported as a module (the scripts folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def tree_state(root: Path = ROOT) -> dict[str, tuple[str, str]] | None:

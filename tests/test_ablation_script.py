@@ -1,20 +1,14 @@
 """scripts/ablation.py: bench results -> the source ablation table of docs/BENCHMARKS.md."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import script_module
 
 
 @pytest.fixture(scope="module")
 def ablation():
-    spec = importlib.util.spec_from_file_location("ablation", ROOT / "scripts" / "ablation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("ablation")
 
 
 def bench(results: dict) -> dict:

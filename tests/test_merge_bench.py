@@ -1,14 +1,10 @@
 """scripts/merge_bench.py: chunked and multi-pass bench runs pool into the result one run would give."""
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import ROOT
+from conftest import script_module
 from esp.bench import aggregate
 
-_spec = importlib.util.spec_from_file_location("merge_bench", ROOT / "scripts" / "merge_bench.py")
-merge_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(merge_bench)
+merge_bench = script_module("merge_bench")
 
 
 def _rec(qid: int, cat: str, method: str, tokens: list[int], forwards: int, tps: float) -> dict:

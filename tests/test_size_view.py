@@ -2,16 +2,13 @@
 and scripts/model_size.py's file agreeing with the bench results it was made from."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 
 from components.size_view import ESP, RESULTS, load_sizes, size_figure, size_sentences
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, script_module
 BENCH = {"embedded": ROOT / "docs" / "results" / "size_smollm2_135m.json",
          "qwen2.5-coder-0.5b": ROOT / "docs" / "results" / "size_qwen05_bf16.json",
          "qwen2.5-coder-1.5b": ROOT / "docs" / "results" / "size_qwen15_bf16.json"}
@@ -19,10 +16,7 @@ BENCH = {"embedded": ROOT / "docs" / "results" / "size_smollm2_135m.json",
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("model_size", ROOT / "scripts" / "model_size.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("model_size")
 
 
 def test_shipped_results_match_the_bench_files():

@@ -1,15 +1,11 @@
 """Host sync points per decoding step stay few (scripts/count_syncs.py counts them): behaviour, not time."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from conftest import ROOT
+from conftest import script_module
 
-spec = importlib.util.spec_from_file_location("count_syncs", ROOT / "scripts" / "count_syncs.py")
-count_syncs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(count_syncs)
+count_syncs = script_module("count_syncs")
 
 # Reads of tensor values per step with timings off (the bench's mode): ar reads its one verify row; ESP
 # reads the verify rows, the next tree's top-k and the mask state once each (a new tree shape adds its
