@@ -68,6 +68,17 @@ def caption(view: str) -> gr.Markdown:
     return gr.Markdown(CAPTIONS[view], elem_classes="esp-caption")
 
 
+def plot_row(*plots: tuple[str, str, str]) -> list[gr.Plot]:
+    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view)."""
+    out = []
+    with gr.Row():
+        for label, elem_id, view in plots:
+            with gr.Column(min_width=320):
+                out.append(gr.Plot(label=label, elem_id=elem_id))
+                caption(view)
+    return out
+
+
 def build_app() -> gr.Blocks:
     with gr.Blocks(title="ESP Explorer") as demo:
         session = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=free_session)
@@ -141,25 +152,15 @@ def build_app() -> gr.Blocks:
                                                   combine_adjacent=False, elem_id="text-view")
                         caption("text")
                         stats = gr.Markdown(label="Summary", elem_id="stats")
-                        with gr.Row():
-                            with gr.Column(min_width=320):
-                                tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
-                                caption("tree")
-                            with gr.Column(min_width=320):
-                                mask_plot = gr.Plot(label="Tree-attention mask", elem_id="mask-plot")
-                                caption("mask")
+                        tree_plot, mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
+                                                        ("Tree-attention mask", "mask-plot", "mask"))
                         cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
                         caption("cost")
                         cost_note = gr.Markdown(elem_id="cost-note")
                         align_plot = gr.Plot(label="Alignment", elem_id="align-plot")
                         caption("align")
-                        with gr.Row():
-                            with gr.Column(min_width=320):
-                                hist_plot = gr.Plot(label="Accepted drafts", elem_id="hist-plot")
-                                caption("hist")
-                            with gr.Column(min_width=320):
-                                timing_plot = gr.Plot(label="Timing", elem_id="timing-plot")
-                                caption("timing")
+                        hist_plot, timing_plot = plot_row(("Accepted drafts", "hist-plot", "hist"),
+                                                          ("Timing", "timing-plot", "timing"))
                     with gr.Tab("What-if", id="whatif", elem_id="whatif-tab"):
                         gr.Markdown("Re-run the shown step from the same text with the method and settings on the "
                                     "left: what would it have drafted, accepted and cost?", elem_classes="esp-note")
