@@ -101,6 +101,8 @@ def prompt_ids(lm: LM, prompt, chat_template: bool = True) -> tuple[list[int], b
     if isinstance(prompt, str):
         if isinstance(lm.tokenizer, IdTokenizer):
             raise ESPError("A text prompt needs the model's tokenizer: pass it, or pass token ids.")
+        if not prompt.strip():  # a chat template would wrap it in tokens of its own
+            raise ESPError("The prompt is empty: type some text first.")
         chat = bool(chat_template and getattr(lm.tokenizer, "chat_template", None))
         return (lm.chat_ids(prompt) if chat else list(lm.tokenizer(prompt)["input_ids"])), chat
     if isinstance(prompt, Mapping) and "input_ids" in prompt:  # a tokenizer's output

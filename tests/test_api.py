@@ -109,8 +109,10 @@ def test_attention_kernels_without_a_custom_mask_are_refused(hf, monkeypatch):
         esp.decode(model, tok, "hi")
 
 
-def test_the_readme_example_runs():
-    """The README's "In your own code" block, on the embedded model's converted weights instead of the Hub copy."""
+def test_the_readme_example_runs(monkeypatch):
+    """The README's "Your own code" block, from the checkout's root, on the embedded model's converted weights
+    instead of their Hub copy."""
+    monkeypatch.chdir(ROOT)
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- test: own-model -->\n```python\n(.*?)```", readme, re.S).group(1)
     hub = MODELS["embedded"].hub_id
@@ -118,4 +120,4 @@ def test_the_readme_example_runs():
     printed = []
     exec(block.replace(f'"{hub}"', repr(str(converted(MODELS["embedded"])))), {"print": lambda *a: printed.append(a)})
     text, tau, forwards = printed[0][0], printed[1][0], printed[1][1]
-    assert text.strip() and tau >= 1 and forwards >= 1
+    assert text.strip() and tau >= 1 and forwards >= 1 and printed[2] == (True,)
