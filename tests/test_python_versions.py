@@ -48,5 +48,5 @@ def test_requirements_pick_a_torch_for_each_python(python, torch):
 
 def test_the_space_front_matter_runs_a_zerogpu_python_and_preloads_the_embedded_model():
     front = re.match(r"---\n(.*?)\n---\n", (ROOT / "README.md").read_text(), re.S).group(1)
-    assert re.search(r'^python_version: "3\.12"$', front, re.M)
+    assert re.search(r'^python_version: "3\.12\.12"$', front, re.M)
     assert re.search(r"^preload_from_hub:\n  - HuggingFaceTB/SmolLM2-135M-Instruct$", front, re.M)
