@@ -14,8 +14,8 @@ try:  # in a try block, so that transformers' import check leaves the message be
     import esp
     from esp.errors import ESPError
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("ESP's custom_generate runs the ESP engine: install it with "
-                      "`pip install git+https://github.com/esp-explorer/esp-explorer` (after torch).") from e
+    raise ImportError("ESP's custom_generate runs the ESP engine, the esp package: install ESP Explorer with "
+                      "`pip install git+<its repository URL>` (after torch; see this repo's README).") from e
 
 DEFAULT_METHOD = "hybrid:bc=auto"
 # Generation settings the engine does not implement, with the values under which they change nothing.
