@@ -2,6 +2,7 @@
 statistics, the chat template, and one ESPError line for what the engine cannot take."""
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -64,6 +65,16 @@ def test_sampling_is_lossless_and_eos_can_be_set(hf):
     first = esp.decode(model, tok, PROMPT, method="ar", max_new_tokens=8).tokens
     cut = esp.decode(model, tok, PROMPT, method="pld", max_new_tokens=8, eos_token_id=first[2])
     assert cut.tokens == first[: first.index(first[2]) + 1]
+
+
+def test_a_model_is_decoded_where_it_is_in_its_dtype(tiny_lm):
+    model = copy.deepcopy(tiny_lm("llama").model).to(torch.bfloat16)
+    ids = list(range(3, 40))
+    r = esp.decode(model, None, ids, method="ar", max_new_tokens=16)
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert r.tokens == ref[0, len(ids):].tolist() and len(r.tokens) == 16
+    assert esp.decode(model, None, ids, method="pld", max_new_tokens=16).summary.tokens == 16
+    assert next(model.parameters()).dtype == torch.bfloat16  # used as it is, not cast
 
 
 class NoHead(torch.nn.Module):

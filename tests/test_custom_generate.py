@@ -27,6 +27,21 @@ def hf(lm):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
 
 
+@pytest.fixture(scope="module")
+def greedy(hf):
+    """greedy(ids, n): plain greedy generate()'s sequences, computed once per prompt and length."""
+    model, _ = hf
+    done: dict[tuple, torch.Tensor] = {}
+
+    def get(ids: torch.Tensor, n: int) -> torch.Tensor:
+        key = (tuple(ids[0].tolist()), n)
+        if key not in done:
+            done[key] = model.generate(ids, max_new_tokens=n, do_sample=False)
+        return done[key]
+
+    return get
+
+
 def _ids(tok, prompt: str) -> torch.Tensor:
     enc = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                   return_tensors="pt", return_dict=True)
@@ -38,18 +53,18 @@ def _esp(model, ids, **kw):
 
 
 @pytest.mark.parametrize("method", ["esp", "hybrid:bc=auto", "pld"])
-def test_held_out_prompts_get_greedy_generates_tokens(hf, method):
+def test_held_out_prompts_get_greedy_generates_tokens(hf, greedy, method):
     model, tok = hf
     for prompt in HELD_OUT:
         ids = _ids(tok, prompt)
-        ref = model.generate(ids, max_new_tokens=32, do_sample=False)
+        ref = greedy(ids, 32)
         assert torch.equal(_esp(model, ids, method=method, max_new_tokens=32), ref), (method, prompt)
 
 
-def test_every_method_gets_greedy_generates_tokens(hf):
+def test_every_method_gets_greedy_generates_tokens(hf, greedy):
     model, tok = hf
     ids = _ids(tok, HELD_OUT[1])
-    ref = model.generate(ids, max_new_tokens=24, do_sample=False)
+    ref = greedy(ids, 24)
     for method in available():
         assert torch.equal(_esp(model, ids, method=method, max_new_tokens=24), ref), method
 
