@@ -13,7 +13,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
+from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
 from .engine import Decoder, Generation
 from .errors import ESPError
 from .methods import build
@@ -278,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.per_category is not None and a.per_category < 1:
         fail("--per-category must be at least 1.")
     check_model_args(a)
+    if a.html:
+        require("plotly", "--html")
     if a.repeats < 1:
         fail("--repeats must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]
