@@ -95,10 +95,22 @@ def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> d
         verdict = tally([against(ar.get(r["qid"]), r, dtype) for r in rs])
         results[m] = {**{k: v for k, v in overall.items() if k != "n"},
                       "lossless": verdict["failure"] == 0, "verdict": verdict, "per_category": cats}
+        if "oracle_speedup" in overall:
+            results[m]["per_question"] = [one for r in rs if (one := question_limit(r, ar.get(r["qid"])))]
         gap = alignment_gap(rs)
         if gap:
             results[m]["alignment"] = gap
     return results
+
+
+def question_limit(r: dict, base: dict | None) -> dict | None:
+    """One question's measured speed-up, oracle speed-up and fraction reached (None without its ar run)."""
+    if base is None or not base["tokens_per_s"]:
+        return None
+    speedup = r["tokens_per_s"] / base["tokens_per_s"]
+    got = limit([r], [base], speedup)
+    return {"qid": r["qid"], "category": r["category"], "speedup": speedup,
+            **{k: got[k] for k in ("oracle_speedup", "fraction", "flat_speedup")}} if got else None
 
 
 def mean_tps(rs: list[dict], seconds: str = "seconds") -> float:

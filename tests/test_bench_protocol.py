@@ -41,6 +41,8 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
         assert r["oracle_width_mean"] <= r["width_mean"]
         for c in r["per_category"].values():
             assert LIMIT_KEYS <= set(c) and "speedup_vs_generate" in c
+        assert [(x["qid"], x["fraction"]) for x in r["per_question"]] == [
+            (q["question_id"], pytest.approx(x["speedup"] / x["oracle_speedup"])) for q, x in zip(qs, r["per_question"])]
     assert res["ar"]["oracle_speedup"] == 1.0 and res["ar"]["flat_speedup"] == 1.0
     assert res["esp:k=1:bc=10"]["oracle_width_mean"] > 1.0  # its masks are part of the oracle feed
     by = {(r["method"], r["qid"]): r for r in data["records"]}

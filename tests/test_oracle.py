@@ -86,6 +86,9 @@ def test_aggregate_reports_the_oracle_speed_up_and_the_fraction_reached():
     assert x["per_category"]["b"]["oracle_speedup"] == pytest.approx(4.0)
     assert x["per_category"]["b"]["fraction"] == pytest.approx(1.0 / 4.0)
     assert r["ar"]["oracle_speedup"] == 1.0 and r["ar"]["fraction"] == 1.0
+    assert x["per_question"] == [
+        {"qid": 1, "category": "a", "speedup": 2.0, "oracle_speedup": 2.0, "fraction": 1.0, "flat_speedup": 2.5},
+        {"qid": 2, "category": "b", "speedup": 1.0, "oracle_speedup": 4.0, "fraction": 0.25, "flat_speedup": 5.0}]
     unpriced = [{k: v for k, v in row.items() if k != "oracle_s"} for row in rows]
     assert "oracle_speedup" not in aggregate(unpriced, ["ar", "x"])["x"]
 
