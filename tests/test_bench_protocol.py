@@ -36,8 +36,6 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
             continue
         assert LIMIT_KEYS <= set(r)
         assert r["fraction"] == pytest.approx(r["speedup"] / r["oracle_speedup"])
-        # The oracle feeds a subset of the rows fed, at its cheapest width: never dearer than the method's feed.
-        assert r["oracle_speedup"] >= r["curve_speedup"] - 1e-9
         assert r["oracle_width_mean"] <= r["width_mean"]
         for c in r["per_category"].values():
             assert LIMIT_KEYS <= set(c) and "speedup_vs_generate" in c
@@ -46,6 +44,8 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
     assert res["ar"]["oracle_speedup"] == 1.0 and res["ar"]["flat_speedup"] == 1.0
     assert res["esp:k=1:bc=10"]["oracle_width_mean"] > 1.0  # its masks are part of the oracle feed
     by = {(r["method"], r["qid"]): r for r in data["records"]}
+    for r in data["records"]:  # the oracle feeds a subset of the rows fed, at its cheapest width
+        assert r["method"] == bench.GENERATE or r["oracle_s"] <= r["fed_s"]
     for q in qs:  # generate()'s tokens are ar's, and its time is its own
         gen, ar = by[bench.GENERATE, q["question_id"]], by["ar", q["question_id"]]
         assert gen["tokens"] == ar["tokens"] and gen["seconds"] > 0
