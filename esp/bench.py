@@ -113,13 +113,12 @@ def question_limit(r: dict, base: dict | None) -> dict | None:
             **{k: got[k] for k in ("oracle_speedup", "fraction", "flat_speedup")}} if got else None
 
 
-def mean_tps(rs: list[dict], seconds: str = "seconds") -> float:
-    """Mean over questions of tokens per second, with the time under key `seconds` (0 for no records)."""
+def mean_tps(rs: list[dict], priced: str | None = None) -> float:
+    """Mean over questions of tokens per second: measured, or with the seconds a curve gave under key
+    `priced` (0 for no records)."""
     if not rs:
         return 0.0
-    if seconds == "seconds":
-        return sum(r["tokens_per_s"] for r in rs) / len(rs)
-    return sum(r["n_tokens"] / r[seconds] for r in rs) / len(rs)
+    return sum(r["tokens_per_s"] if priced is None else r["n_tokens"] / r[priced] for r in rs) / len(rs)
 
 
 def limit(rs: list[dict], base: list[dict], speedup: float) -> dict:
