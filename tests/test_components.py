@@ -405,7 +405,7 @@ def test_cost_view_shows_the_oracle_width_beside_the_width_fed(steps, hit):
     from esp.oracle import oracle_width
 
     best = oracle_width(hit)
-    assert len(hit.accepted_rows) <= best < len(hit.positions)  # this ESP step fed rejected rows and masks
+    assert best == len(hit.accepted_rows) + 2 < len(hit.positions)  # ESP k=2: two masks on the path's end
     mark = {t.name: t for t in cost_figure(steps, hit.step, FAKE_CURVE).data}["oracle width"]
     assert (mark.x[0], mark.y[0]) == (best, len(hit.emitted))
     assert f"would have taken {best} rows" in cost_sentences(steps, hit.step, FAKE_CURVE)
