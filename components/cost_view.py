@@ -1,5 +1,6 @@
 """What a step costs: the machine's t(q)/t(1) curve as the break-even line, each step's width and tokens
-on it, and the run's tokens and time per step, both in units of one single-token forward."""
+on it beside its oracle width (the fewest rows that emit the same tokens, esp.oracle), and the run's
+tokens and time per step, both in units of one single-token forward."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -7,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from esp.oracle import oracle_width
 from esp.trace import StepTrace
 
 from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
@@ -68,6 +70,10 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
         {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
          "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "circle"},
          "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
+        {"type": "scatter", "x": [oracle_width(step)], "y": [tokens], "mode": "markers", "name": "oracle width",
+         "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "square-open"},
+         "hovertemplate": "the same tokens from %{x} rows: the root, the accepted path and the masks on its "
+                          "end<extra></extra>"},
     ]
     if step.cost and step.cost.get("expected_tokens") is not None:
         data.append({"type": "scatter", "x": [width], "y": [step.cost["expected_tokens"]], "mode": "markers",
@@ -111,6 +117,9 @@ def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, m
     here = where(device)
     first = (f"On {here} a forward of {width} rows costs {r:.1f}× a one-token forward, so step {upto} had to "
              f"emit more than {r:.1f} tokens to beat plain decoding; it emitted {tokens} and {verdict}. ")
+    best = oracle_width(step)
+    first += (f"Feeding only what it kept (the root, the accepted path and the masks on its end) would have taken "
+              f"{best} row{'s' if best > 1 else ''}, {ratio(curve, best):.1f}× a one-token forward. ")
     if device and device != "CPU":
         return first + (f"On {here} even {widest} rows cost {wide:.1f}× a one-token forward: a GPU forward is "
                         "bound by reading the weights, so wide trees cost little and every accepted draft is profit.")

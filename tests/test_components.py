@@ -400,6 +400,17 @@ def test_cost_view_prefers_the_step_cost_record(hit):
     assert traces["expected"].y[0] == 2.5
 
 
+def test_cost_view_shows_the_oracle_width_beside_the_width_fed(steps, hit):
+    from components.cost_view import cost_figure, cost_sentences
+    from esp.oracle import oracle_width
+
+    best = oracle_width(hit)
+    assert best == len(hit.accepted_rows) + 2 < len(hit.positions)  # ESP k=2: two masks on the path's end
+    mark = {t.name: t for t in cost_figure(steps, hit.step, FAKE_CURVE).data}["oracle width"]
+    assert (mark.x[0], mark.y[0]) == (best, len(hit.emitted))
+    assert f"would have taken {best} rows" in cost_sentences(steps, hit.step, FAKE_CURVE)
+
+
 def test_old_traces_without_new_fields_still_load(hit):
     d = hit.to_dict()
     d.pop("cost")
