@@ -10,7 +10,9 @@ import plotly.graph_objects as go
 from esp.trace import StepTrace
 
 from .common import as_steps
+from .limits import Limits
 from .stats import run_summary
+from .trace_schema import load_trace
 
 
 def trace_payload(steps: Sequence[StepTrace | dict], meta: Mapping) -> dict:
@@ -25,10 +27,10 @@ def write_trace_json(steps: Sequence[StepTrace | dict], meta: Mapping, path: str
     return path
 
 
-def read_trace_json(path: str | Path) -> tuple[dict, list[StepTrace]]:
-    """(meta, steps) from a file written by `write_trace_json`."""
-    data = json.loads(Path(path).read_text())
-    return data["meta"], as_steps(data["steps"])
+def read_trace_json(path: str | Path, limits: Limits | None = None) -> tuple[dict, list[StepTrace]]:
+    """(meta, steps) from a file written by `write_trace_json`, checked as untrusted input against every cap
+    of components/trace_schema.py and `limits` (default: the server's defaults); ValueError if refused."""
+    return load_trace(path, limits or Limits())
 
 
 def write_figures_html(figures: Mapping[str, go.Figure], path: str | Path, title: str = "ESP Explorer") -> Path:
