@@ -17,9 +17,10 @@ from typing import Iterator
 
 import gradio as gr
 
+from components.common import md_text
 from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
-from components.export import read_trace_json, write_figures_html, write_trace_json
+from components.export import read_trace_json, write_trace_json
 from components.lecture import write_lecture
 from components.limits import Limits
 from components.trace_schema import LABEL_CHARS
@@ -138,8 +139,8 @@ def open_trace(file: str | None, session: Session | None = None, step: int | Non
         meta, steps = read_trace_json(file, LIMITS)
     except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        return refusal(f"This trace was refused ({detail}): open a JSON file written by Export.", outputs,
-                       "open_trace")
+        return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
+                       outputs, "open_trace")
     meta.setdefault("settings", meta.get("spec", steps[0].method))
     meta["opened"] = Path(file).name[:LABEL_CHARS]
     # Drawn into a candidate first: the session takes the trace only once every view of it rendered.
@@ -166,8 +167,8 @@ def open_shipped(name: str, session: Session | None = None, step: int | None = N
 
 
 def export(session: Session | None, i: float) -> list[str]:
-    """The run's trace as JSON, the figures of the shown step as one standalone HTML page, and the whole
-    run as a lecture file (a standalone HTML player of every step: components/lecture.py)."""
+    """The run's trace as JSON, and one lecture file: a standalone HTML player of every step with the shown
+    step's figures below it (components/lecture.py; one packed copy of Plotly.js keeps it small)."""
     if session is None or not session.steps:
         refuse("Nothing to export yet: press Run first.", "export")
         return gr.skip()
@@ -178,8 +179,7 @@ def export(session: Session | None, i: float) -> list[str]:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return [
         str(write_trace_json(session.steps, session.meta, folder / f"esp-trace-{stamp}.json")),
-        str(write_figures_html(figures, folder / f"esp-figures-step{i}-{stamp}.html")),
-        str(write_lecture(session.steps, session.meta, folder / f"esp-lecture-{stamp}.html")),
+        str(write_lecture(session.steps, session.meta, folder / f"esp-lecture-step{i}-{stamp}.html", figures)),
     ]
 
 
@@ -193,7 +193,7 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
                         top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
         LIMITS.check_new_tokens(s.max_new_tokens)
     except ESPError as e:
-        return f"⚠️ {e}"
+        return f"⚠️ {md_text(e)}"
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
     return f"Ready: {s.describe()}{note}"
 
@@ -362,8 +362,8 @@ def whatif_table(session: Session, original: StepTrace, alt: StepTrace, settings
         "",
         "| | method | rows fed | accepted drafts | tokens emitted | forward ms | cost (one-row forwards) |",
         "|---|---|---:|---:|---:|---:|---:|",
-        row("original", session.meta.get("spec", original.method), original),
-        row("what-if", settings.spec(), alt),
+        row("original", md_text(session.meta.get("spec", original.method)), original),
+        row("what-if", md_text(settings.spec()), alt),
     ])
 
 

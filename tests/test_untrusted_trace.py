@@ -4,7 +4,9 @@ caps, and the server keeps serving after each refusal."""
 from __future__ import annotations
 
 import copy
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -96,9 +98,14 @@ def shown() -> Session:
     return session
 
 
+def read(markdown: str) -> str:
+    """What a visitor reads of a one-line Markdown status: escapes resolved, entities decoded."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", markdown))
+
+
 def _assert_refused(out: tuple, session: Session, before: tuple, *needles: str) -> None:
-    status = out[0]
-    assert status.startswith("⚠️ This trace was refused") and "\n" not in status, status
+    status = read(out[0])
+    assert status.startswith("⚠️ This is not an ESP Explorer trace") and "\n" not in out[0], status
     for needle in needles:
         assert needle in status, (needle, status)
     assert all(o.get("__type__") == "update" for o in out[1:] if isinstance(o, dict))  # nothing else is touched
@@ -190,7 +197,7 @@ def test_whatif_from_a_trace_applies_the_typed_prompt_caps(shown, monkeypatch):
     for change, needle in cases:
         session = Session(steps=shown.steps, meta={**shown.meta, **change})
         note, *_ = calls.whatif(2, session=session)
-        assert note.startswith("⚠️") and needle in note, note
+        assert note.startswith("⚠️") and needle in read(note), note
 
 
 class _FakeLM:
@@ -218,7 +225,7 @@ def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
     with serve("local") as url:
         client = Client(url, verbose=False)
         out = client.predict(handle_file(_write(tmp_path, crafted)), api_name="/open_trace")
-        assert out[0].startswith("⚠️ This trace was refused") and "steps[1].nodes" in out[0]
+        assert out[0].startswith("⚠️ This is not an ESP Explorer trace") and "steps[1].nodes" in read(out[0])
         with pytest.raises(Exception, match="(?i)size|large|exceed|413"):
             client.predict(handle_file(str(big)), api_name="/open_trace")
         good = client.predict(handle_file(str(ROOT / "assets" / "trace_copy.json")), api_name="/open_trace")
