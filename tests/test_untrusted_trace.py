@@ -231,3 +231,18 @@ def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
         good = client.predict(handle_file(str(ROOT / "assets" / "trace_copy.json")), api_name="/open_trace")
         assert good[0].startswith("**Done**")
         assert "step 1 of" in client.predict(1, api_name="/show_step")[0]
+
+
+def test_exports_go_with_their_session_and_the_file_cache_is_swept():
+    import app
+    from explorer.session import free_session
+
+    session = Session()
+    calls.open_shipped("trace_copy", session)
+    paths = [Path(p) for p in calls.export(session, 1)]
+    assert len(paths) == 2 and all(p.is_file() for p in paths)
+    free_session(session)  # Gradio calls it when the session's state expires or its page closes
+    assert not any(p.exists() for p in paths)
+    # Uploads and Gradio's copies of exports: swept every 10 minutes once older than a session lives.
+    assert app.build_app().delete_cache == app.DELETE_CACHE == (600, app.SESSION_TTL_S)
+    assert app.launch_options()["max_file_size"] == MAX_TRACE_BYTES
