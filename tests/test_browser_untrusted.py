@@ -15,8 +15,6 @@ from app_server import serve
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 HANG_MS = 60_000
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
@@ -33,15 +31,6 @@ def crafted(path: Path, token: str = TOKEN) -> Path:
         step["emitted_text"] = [token] * len(step["emitted"])
     path.write_text(json.dumps(data))
     return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
