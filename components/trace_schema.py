@@ -251,6 +251,8 @@ def _where(loc: tuple) -> str:
 def _first_error(e: ValidationError) -> str:
     err = e.errors(include_url=False)[0]
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    if err["type"] == "missing":
+        return f"{_where(loc[:-1])}: no {loc[-1]!r} field"
     return f"{_where(loc)}: {err['msg'][0].lower()}{err['msg'][1:]}"
 
 

@@ -23,8 +23,8 @@ from components.cost_view import ratio, step_width
 from components.export import read_trace_json, write_trace_json
 from components.lecture import write_lecture
 from components.limits import Limits
-from components.trace_schema import LABEL_CHARS
 from components.settings import KNOBS, RunSettings, knob_reasons
+from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
 from esp import methods
 from esp.cost import curve_for
