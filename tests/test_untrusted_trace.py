@@ -86,7 +86,10 @@ CRAFTED = [
 
 def _write(tmp_path: Path, data, name: str = "crafted.json") -> str:
     path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
     return str(path)
 
 
@@ -125,7 +128,7 @@ def test_a_crafted_trace_is_refused_in_one_line_and_the_session_is_unchanged(sho
 @pytest.mark.parametrize("text, needle", [
     ("{not json", "not JSON"),
     ("[1, 2, 3]", "a JSON list"),
-    ("\udcff".encode("utf-8", "surrogatepass").decode("latin-1"), "not"),
+    (b'{"meta": "\xff"}', "not UTF-8 JSON"),
     ("[" * 100_000 + "]" * 100_000, "nests 100000 levels"),
     ('{"meta": {}, "steps": [], "summary": null}', "steps: list should have at least 1 item"),
 ])
