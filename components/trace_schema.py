@@ -10,7 +10,6 @@ StepTraces, so every view can render it.
 """
 from __future__ import annotations
 
-import functools
 import json
 import re
 from pathlib import Path
@@ -319,10 +318,9 @@ def check_against(trace: Trace, limits: Limits, vocab: int | None) -> None:
                              f"{meta.model_name or 'its model'}")
 
 
-@functools.lru_cache(maxsize=8)
 def known_vocab(name: str | None, offered: tuple[str, ...]) -> int | None:
-    """The vocabulary size of model `name` when this server offers it and its config is on disk (read
-    without loading any weight); None otherwise (the engine checks ids again when the model is loaded)."""
+    """The vocabulary size of model `name` when this server offers it and its config is on disk (one small
+    JSON read, no weight loaded); None otherwise (the engine checks ids again when the model is loaded)."""
     if not name or name not in offered:
         return None
     from esp.offline import MODELS, converted, is_converted
