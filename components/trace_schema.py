@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from esp import methods
+from esp.errors import ESPError
 from esp.layout import BUILDERS
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, SOURCES, StepTrace
 
@@ -292,8 +294,9 @@ def _vocab_ids(trace: Trace):
 
 
 def check_against(trace: Trace, limits: Limits, vocab: int | None) -> None:
-    """Hold a parsed trace to what this server lets a typed prompt have: steps, prompt and output lengths,
-    and token ids inside `vocab` (the named model's vocabulary; MAX_VOCAB when the server cannot tell)."""
+    """Hold a parsed trace to what this server lets a typed prompt have: steps, prompt and output lengths, a
+    method spec the engine builds, and token ids inside `vocab` (the named model's vocabulary; MAX_VOCAB when
+    the server cannot tell)."""
     meta, steps = trace.meta, trace.steps
     if len(steps) > limits.max_new_tokens + 1:
         raise ValueError(f"it has {len(steps)} steps; this server decodes at most {limits.max_new_tokens} new tokens "
@@ -311,6 +314,11 @@ def check_against(trace: Trace, limits: Limits, vocab: int | None) -> None:
     for name, text, cap in (("prompt", meta.prompt, limits.max_prompt_tokens), ("text", meta.text, limits.max_new_tokens)):
         if text is not None and len(text) > CHARS_PER_TOKEN * cap:
             raise ValueError(f"its {name} is {len(text):,} characters; at most {CHARS_PER_TOKEN * cap:,} are taken")
+    if meta.spec is not None:  # it sets the page's controls: the engine's own rules decide what it may say
+        try:
+            methods.build(meta.spec)
+        except ESPError as e:
+            raise ValueError(f"meta.spec: {e}") from None
     vocab = vocab or MAX_VOCAB
     for where, t in _vocab_ids(trace):
         if t >= vocab:

@@ -81,6 +81,7 @@ CRAFTED = [
     ("a sampling rule out of range", _set("meta.sampling.top_p", 7.0), "meta.sampling.top_p"),
     ("a summary with text for a count", _set("summary.tokens", "many"), "summary.tokens"),
     ("an unknown step field", _set("steps.1.evil", 1), "steps[1].evil"),
+    ("a method spec the engine refuses", _set("meta.spec", "esp:tree=<b>x</b>"), "meta.spec: tree must be"),
 ]
 
 
