@@ -19,6 +19,7 @@ from components.compare_view import COLUMNS
 from components.settings import INITS, LAYOUTS, MODES, TREES
 from components.size_view import size_figure, size_sentences
 from components.text_view import COLOR_MAP
+from components.trace_schema import MAX_TRACE_BYTES
 from esp import methods
 from explorer import calls, gpu, lesson
 from explorer.calls import KNOB_INFO, LIMITS, TRACES
@@ -27,6 +28,9 @@ from explorer.session import Session, free_session
 log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
 SESSION_TTL_S = 3600
+# Gradio's file cache (uploads, and the copies of exports it serves) is swept every 10 minutes of files
+# older than a session lives; a session's own export folder goes with it (explorer.session.free_session).
+DELETE_CACHE = (600, SESSION_TTL_S)
 QUEUE_SIZE = 16  # requests waiting for the model at once; more get "queue full"
 # Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
 # a status that says a run is decoding now says it is stopping; the run's next update replaces it.
@@ -80,7 +84,7 @@ def plot_row(*plots: tuple[str, str, str]) -> list[gr.Plot]:
 
 
 def build_app() -> gr.Blocks:
-    with gr.Blocks(title="ESP Explorer") as demo:
+    with gr.Blocks(title="ESP Explorer", delete_cache=DELETE_CACHE) as demo:
         session = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=free_session)
         with gr.Row(elem_id="header"):
             gr.Markdown("# ESP Explorer\nEmbedding-Space Probing: a frozen LM drafts several future tokens from "
@@ -277,6 +281,7 @@ def launch_options() -> dict:
     """Theme, CSS and the page script (keys, link state, tour spotlight, theme switch: assets/explorer.js);
     Gradio 6 takes them at launch."""
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"],
+            "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
             "head": f"<script>{(ASSETS / 'explorer.js').read_text()}</script>"}
 
 

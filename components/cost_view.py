@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from esp.oracle import oracle_width
 from esp.trace import StepTrace
 
-from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, md_text, message_figure, plot_text, two_panels
 from .stats import WINDOW
 
 Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
@@ -38,7 +38,7 @@ def ratio(curve: Curve, q: float) -> float:
 
 def where(device: str | None) -> str:
     """'this T4' for the device a run measured ('CPU', 'T4', 'H200'), or a phrase for an unknown one."""
-    return f"this {device}" if device else "the machine that recorded this run"
+    return f"this {md_text(device)}" if device else "the machine that recorded this run"
 
 
 def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None,
@@ -48,7 +48,7 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     `device` names the device the curve was measured on, in the title."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
-    title = f"What a step costs{' on this ' + device if device else ''} (in single-token forwards)"
+    title = f"What a step costs{' on this ' + plot_text(device) if device else ''} (in single-token forwards)"
     step = steps[upto]
     curve = step_curve(step, machine)
     if curve is None or not curve.get("q"):

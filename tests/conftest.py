@@ -126,3 +126,15 @@ def tiny_lm():
         return made[arch]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, headless (the tests that use it skip without /usr/bin/chromium)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    args = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"]
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        yield b
+        b.close()
