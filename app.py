@@ -56,14 +56,14 @@ def _examples() -> list[list[str]]:
     return [[e["prompt"]] for e in json.loads((ASSETS / "examples.json").read_text())]
 
 
-def checked_by_us(component: gr.components.Component) -> gr.components.Component:
-    """`component` without Gradio's own value check (choices, slider bounds): the event functions check
-    every value themselves (explorer.requests, the same fields the control is built from), so a bad value
-    sent through the API is refused in one line of ours instead of Gradio's error plus a traceback in the
-    server log. (A subclass would do the
-    same, but Gradio writes a .pyi stub next to the module of every component subclass.)"""
-    component.preprocess = lambda payload: payload
-    return component
+def checked_by_us(**event) -> dict:
+    """The options of an event whose handler checks every value it takes itself (explorer.requests: the
+    same fields its controls are built from): Gradio's own value checks (choices, slider bounds) are off
+    (`preprocess=False`), so that a bad value sent through the API is refused in one line of ours instead
+    of Gradio's error plus a traceback in the server log. Per event, not per component: Gradio rebuilds a
+    component that an update changed (the scrubber's maximum, the Focus box's choices) from its class,
+    and the rebuilt one would check again. State inputs are the server's own either way."""
+    return {**event, "preprocess": False}
 
 
 def caption(view: str) -> gr.Markdown:
@@ -251,20 +251,18 @@ def _views(page: SimpleNamespace) -> list:
 def _wire_settings(page: SimpleNamespace) -> None:
     """The live check under the controls and the knobs each method takes. It has its own line: a trace
     opening sets the controls (_wire_traces), and the status must keep saying what is on screen."""
-    for c in (*_knobs(page), page.method, page.scrub, page.goto, page.speed, page.focus, page.shipped):
-        checked_by_us(c)
     checked = [page.k, page.bc, page.lam, page.init, page.tree, page.mode, page.temperature, page.top_p, page.seed,
                page.max_new, page.layouts, page.method]
     for c in checked:
-        c.change(calls.check_settings, checked, page.settings_note, queue=False, show_progress="hidden",
-                 api_visibility="private")
+        c.change(calls.check_settings, checked, page.settings_note,
+                 **checked_by_us(queue=False, show_progress="hidden", api_visibility="private"))
     page.method.change(calls.knob_updates, page.method, [page.k, page.bc, page.lam, page.init, page.tree],
-                       queue=False, show_progress="hidden", api_visibility="private")
+                       **checked_by_us(queue=False, show_progress="hidden", api_visibility="private"))
 
 
 def _wire_model_calls(page: SimpleNamespace) -> None:
     """Run, Stop, What-if and Compare: the events that use the model, one at a time (concurrency_id "model")."""
-    model = {"concurrency_limit": 1, "concurrency_id": "model"}
+    model = checked_by_us(concurrency_limit=1, concurrency_id="model")
     knobs = _knobs(page)
     page.run.click(None, None, page.trace_key, js="() => ''")  # a new run is no shipped trace
     page.run.click(calls.generate, [page.prompt, *knobs, page.method, page.session],
@@ -284,7 +282,7 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
 def _wire_stored_steps(page: SimpleNamespace) -> None:
     """Scrubbing, focus, playback and export: no model, so not held behind running decodes, but a few at
     a time (LIMITS.render_concurrency, LIMITS.export_concurrency) so that one caller cannot take every core."""
-    views, session, scrub = RENDER, page.session, page.scrub
+    views, session, scrub = checked_by_us(**RENDER), page.session, page.scrub
     scrubbed = [page.status, scrub, *_views(page)]
     scrub.release(calls.show_step, [session, scrub], scrubbed, api_name="show_step", **views)
     page.goto.submit(calls.show_step, [session, page.goto], scrubbed, api_visibility="private", **views)
@@ -302,11 +300,11 @@ def _wire_stored_steps(page: SimpleNamespace) -> None:
                     api_visibility="private", show_progress="hidden", **views)
     page.timer.tick(lesson.tick, [session, scrub], [*scrubbed, *played], api_visibility="private",
                     show_progress="hidden", **views)
-    page.speed.change(lesson.set_speed, page.speed, page.timer, queue=False, api_visibility="private",
-                      show_progress="hidden")
+    page.speed.change(lesson.set_speed, page.speed, page.timer,
+                      **checked_by_us(queue=False, api_visibility="private", show_progress="hidden"))
     page.theme_btn.click(None, js="() => { window.espExplorer?.toggleTheme(); }")
     page.export_btn.click(calls.export, [session, scrub], page.files, api_name="export",
-                          concurrency_limit=LIMITS.export_concurrency, concurrency_id="export")
+                          **checked_by_us(concurrency_limit=LIMITS.export_concurrency, concurrency_id="export"))
 
 
 def _opened(page: SimpleNamespace) -> list:
@@ -328,7 +326,7 @@ def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
     _then_controls(page, page.trace_file.upload(calls.open_trace, [page.trace_file, page.session], opened,
                                                 api_name="open_trace", **RENDER))
     _then_controls(page, page.shipped.input(calls.open_shipped, [page.shipped, page.session], opened,
-                                            api_visibility="private", **RENDER))
+                                            **checked_by_us(api_visibility="private", **RENDER)))
     # A recorded run is on screen as soon as the page opens, before any model is warm: the one the link
     # names (?trace=trace_masks&step=7&tab=run), or the first shipped one.
     loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs], api_visibility="private", **RENDER)

@@ -34,7 +34,7 @@ from esp.trace import RunSummary, StepTrace
 from . import emulation, gpu
 from .requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from .session import Session
-from .views import FAST_VIEWS, VIEWS, refusal, refuse, render, status
+from .views import FAST_VIEWS, VIEWS, refusal, render, status
 from .worker import decode_once, rerun_step, run_steps
 
 log = logging.getLogger("esp.app")
@@ -113,10 +113,7 @@ def stored_step(session: Session | None, i: int | None, to: str = "show") -> int
 def show_step(session: Session | None, i: int | None, focus: int | None = None) -> tuple:
     """Re-render a stored step (the scrubber), with node `focus` of it outlined in every view if given;
     needs no model. Outputs: status, scrubber, *VIEWS."""
-    try:
-        i = stored_step(session, i)
-    except ESPError as e:
-        return refusal(str(e), 2 + len(VIEWS), "show_step")
+    i = stored_step(session, i)
     session.hold()
     return (status(session, i), gr.update(value=i), *render(session, i, focus=focus))
 
@@ -181,11 +178,7 @@ def open_shipped(name: str, session: Session | None = None, step: int | None = N
 def export(session: Session | None, i: int | None) -> list[str]:
     """The run's trace as JSON, the figures of the shown step as one standalone HTML page, and the whole
     run as a lecture file (a standalone HTML player of every step: components/lecture.py)."""
-    try:
-        i = stored_step(session, i, "export")
-    except ESPError as e:
-        refuse(str(e), "export")
-        return gr.skip()
+    i = stored_step(session, i, "export")
     folder = session.export_dir()
     views = dict(zip(VIEWS, render(session, i)))
     figures = {f"{name} (step {i})": views[name] for name in ("tree", "mask", "align", "hist", "timing")}
@@ -391,11 +384,11 @@ def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: 
     """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
     chart) as each finishes. The last column is each method's verdict against ar (esp.verdict)."""
     try:
+        LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
                                           max_new_tokens=max_new_tokens, layouts=layouts)
         plans = _compare_plans(settings)
-        LIMITS.check_compare(len(plans), settings.max_new_tokens)
     except ESPError as e:
         yield refusal(str(e), 3, "compare")
         return

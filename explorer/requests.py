@@ -25,7 +25,7 @@ from esp import methods
 from esp.errors import ESPError
 
 from .session import HELD
-from .views import refusal, refuse
+from .views import refusal
 
 log = logging.getLogger("esp.app")
 LIMITS = Limits.from_env()  # the server's caps (models, prompt, tokens, queue, sessions): read once at start
@@ -148,18 +148,22 @@ def run_settings(**raw: Any) -> RunSettings:
 
 
 def guard(where: str, outputs: int | None, status_at: int = 0, **fields: Field) -> Callable:
-    """A handler whose arguments named in `fields` are parsed before it runs. A bad value is answered by
-    the refusal output: `outputs` values, each gr.skip() but the ⚠️ line at `status_at` (None: no status
-    output: a toast and one gr.skip()). Generators stay generators (Gradio streams them)."""
+    """A handler whose arguments named in `fields` are parsed before it runs. A bad value, or an ESPError
+    the handler raises, is answered by the refusal output: `outputs` values, each gr.skip() but the ⚠️
+    line at `status_at`; with `outputs` None (a handler with no status output, e.g. Export) the line is
+    a gr.Error, which the page shows as a toast and gradio_client raises with the line (no traceback).
+    Generators stay generators (Gradio streams them)."""
     def refused(message: str):
         if outputs is None:
-            refuse(message, where)
-            return gr.skip()
+            log.info("refused %s: %s", where, message)
+            raise gr.Error(f"⚠️ {message}", print_exception=False)
         out = refusal(message, outputs, where)
         return (*out[1: status_at + 1], out[0], *out[status_at + 1:])
 
-    def failed(e: Exception):
-        log.exception("%s failed", where)  # a bug, not a bad request: its traceback stays in the log
+    def answer(e: Exception):
+        if isinstance(e, ESPError):
+            return refused(str(e))
+        log.error("%s failed", where, exc_info=e)  # a bug, not a bad request: its traceback stays in the log
         return refused(f"Something went wrong on the server ({type(e).__name__}); it is logged.")
 
     def wrap(fn: Callable) -> Callable:
@@ -177,24 +181,20 @@ def guard(where: str, outputs: int | None, status_at: int = 0, **fields: Field) 
             def stream(*args, **kwargs):
                 try:
                     bound = parsed(args, kwargs)
-                except ESPError as e:
-                    yield refused(str(e))
-                    return
-                try:
                     yield from fn(*bound.args, **bound.kwargs)
-                except Exception as e:  # noqa: BLE001 - see failed
-                    yield failed(e)
+                    return
+                except Exception as e:  # noqa: BLE001 - see answer
+                    failure = e
+                yield answer(failure)
             return stream
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
                 bound = parsed(args, kwargs)
-            except ESPError as e:
-                return refused(str(e))
-            try:
                 return fn(*bound.args, **bound.kwargs)
-            except Exception as e:  # noqa: BLE001 - see failed
-                return failed(e)
+            except Exception as e:  # noqa: BLE001 - see answer
+                failure = e
+            return answer(failure)
         return call
     return wrap
