@@ -37,15 +37,15 @@ SEED_MAX = 2**31 - 1
 
 
 # A sent value is echoed into the status Markdown and the toast (both render HTML): as text, never markup.
-_AS_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;"})
+_AS_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def shown(value: Any) -> str:
     """A sent value as a refusal quotes it: its repr cut to 40 characters (it may be huge), with the
-    characters that make markup or a link written as entities, so that it reads as the text sent."""
+    characters that make HTML or a Markdown link written as entities, so that it reads as the text sent."""
     big = isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30
     text = f"a {value.bit_length()}-bit number" if big else repr(value)
-    return (text if len(text) <= 40 else text[:37] + "...").translate(_AS_TEXT)
+    return (text if len(text) <= 40 else text[:37] + "...").translate(_AS_TEXT).replace("](", "]&#40;")
 
 
 @dataclass(frozen=True)
