@@ -5,7 +5,7 @@
 
 It starts its own `python app.py` on a free loopback port (127.0.0.1 only; nothing else is contacted),
 warms it with one run, lets every client loop over a random mix of requests until the time is up (or
-each has sent --requests), then stops the server. It prints the requests answered (a run, a trace, a
+each has sent --requests; a client told "busy" waits BACKOFF_S), then stops the server. It prints the requests answered (a run, a trace, a
 step, or a one-line ⚠️ refusal), those refused because the queue was full ("busy"), the errors (anything
 else: Gradio's bare "Error", a dropped connection), and the server's resident memory before and after.
 """
@@ -33,6 +33,7 @@ PROMPTS = ["Count from 1 to 20.", "Fix the typo: teh cat sat on the mat.", "Name
 SHORT = dict(k=2, bc=30, lam=0.1)
 # The mix of requests, by weight: scrubs are the most frequent action on the page, Compare the heaviest.
 MIX = {"run": 3, "compare": 1, "upload": 2, "scrub": 6}
+BACKOFF_S = 1.0  # a client told "busy" waits this long before its next request, as a person would
 
 
 def free_port() -> int:
@@ -94,6 +95,7 @@ def worker(url: str, n: int, stop_at: float, requests: int, counts: Counter, loc
             outcome = "refused" if str(line).startswith("⚠️") else "answered"
         except QueueError:
             outcome = "busy"
+            time.sleep(BACKOFF_S)
         except Exception as e:  # noqa: BLE001 - counted, and the first of each kind is shown
             outcome = "error"
             with lock:
