@@ -99,7 +99,7 @@ def build_app() -> gr.Blocks:
         _wire_model_calls(page)
         _wire_stored_steps(page)
         _wire_traces(page, demo)
-        _wire_tour(page)
+        _wire_header(page)
     return demo
 
 
@@ -302,7 +302,6 @@ def _wire_stored_steps(page: SimpleNamespace) -> None:
                     show_progress="hidden", **views)
     page.speed.change(lesson.set_speed, page.speed, page.timer,
                       **checked_by_us(queue=False, api_visibility="private", show_progress="hidden"))
-    page.theme_btn.click(None, js="() => { window.espExplorer?.toggleTheme(); }")
     page.export_btn.click(calls.export, [session, scrub], page.files, api_name="export",
                           **checked_by_us(concurrency_limit=LIMITS.export_concurrency, concurrency_id="export"))
 
@@ -337,8 +336,10 @@ def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
         tab.select(None, None, None, js=TAB_JS.format(tab=tab.id))
 
 
-def _wire_tour(page: SimpleNamespace) -> None:
-    """The tour: each stop opens its trace at its step, then the page spotlights its view."""
+def _wire_header(page: SimpleNamespace) -> None:
+    """The header's buttons: the theme switch, and the tour, each stop of which opens its trace at its
+    step, then the page spotlights its view."""
+    page.theme_btn.click(None, js="() => { window.espExplorer?.toggleTheme(); }")
     toured = [page.tour_panel, page.tour_text, page.tour_n, page.tour_view, page.tabs, *_opened(page)]
     for button, move in ((page.tour_btn, None), (page.tour_next, 1), (page.tour_back, -1)):
         event = button.click(lesson.tour_move(move), [page.tour_n, page.session], toured,
