@@ -183,3 +183,20 @@ def test_a_full_queue_answers_busy_in_one_line(lm, monkeypatch):
             assert waiting.result()[0].startswith("**Done**")  # the queue moves on
         finally:
             demo.close()
+
+
+def test_the_sessions_kept_are_bounded(lm, monkeypatch):
+    import app
+
+    monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, max_sessions=3))
+    with gpu_mode("local"):
+        demo = app.queued(app.build_app())
+        demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.launch_options())
+        try:
+            clients = [Client(demo.local_url, verbose=False) for _ in range(6)]
+            for c in clients:
+                assert c.predict(0, api_name="/show_step")[0].startswith("⚠️ Nothing to show yet")
+            assert len(demo.state_holder.session_data) == 3  # six sessions came; the oldest three were let go
+            assert clients[-1].predict(0, api_name="/show_step")[0].startswith("⚠️")  # and it still serves
+        finally:
+            demo.close()
