@@ -3,8 +3,9 @@
 A public page's endpoints are called with anything (`gradio_client`, plain HTTP), and Gradio's own value
 checks are off for these inputs (`checked_by_us` in app.py), so the server is the only guard. Every
 control of the page is built from the fields here (app.py), so the page cannot offer what the server
-refuses, nor the server take what the page does not offer; every handler runs `guard` (or
-`run_settings`) before anything else. A bad value is refused in one line (the ⚠️ status, one log line,
+refuses, nor the server take what the page does not offer. Every handler that takes a value from the
+page runs `guard` before anything else (the settings hint and the knobs of a method parse theirs with
+`run_settings` and `METHOD`); the others take only the server's own state (the session, the tour's stop). A bad value is refused in one line (the ⚠️ status, one log line,
 no traceback); an exception that still escapes a handler is a bug: logged with its traceback, and the
 visitor gets one line too.
 """
