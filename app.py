@@ -19,6 +19,7 @@ from components.captions import CAPTIONS
 from components.compare_view import COLUMNS
 from components.size_view import size_figure, size_sentences
 from components.text_view import COLOR_MAP
+from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, gpu, lesson
 from explorer import requests as rq
 from explorer.calls import KNOB_INFO, TRACES
@@ -28,6 +29,9 @@ from explorer.session import Session, free_session
 log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
 SESSION_TTL_S = 3600
+# Gradio's file cache (uploads, and the copies of exports it serves) is swept every 10 minutes of files
+# older than a session lives; a session's own export folder goes with it (explorer.session.free_session).
+DELETE_CACHE = (600, SESSION_TTL_S)
 # The events that re-render stored steps (no model) share this many workers (LIMITS.render_concurrency).
 RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "views"}
 # Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
@@ -85,7 +89,7 @@ def plot_row(*plots: tuple[str, str, str]) -> list[gr.Plot]:
 def build_app() -> gr.Blocks:
     """The page: a header with the tour, the controls on the left, the shown step and its tabs on the
     right, then the wiring of every event (each checked on the server: explorer.requests)."""
-    with gr.Blocks(title="ESP Explorer") as demo:
+    with gr.Blocks(title="ESP Explorer", delete_cache=DELETE_CACHE) as demo:
         page = SimpleNamespace(session=gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=free_session))
         _header(page)
         with gr.Row():
@@ -360,8 +364,9 @@ def queued(demo: gr.Blocks) -> gr.Blocks:
 
 def launch_options() -> dict:
     """Theme, CSS and the page script (keys, link state, tour spotlight, theme switch: assets/explorer.js),
-    which Gradio 6 takes at launch, and the bound on the sessions whose state the server keeps."""
+    which Gradio 6 takes at launch, the upload cap, and the bound on the sessions whose state the server keeps."""
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"],
+            "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
             "head": f"<script>{(ASSETS / 'explorer.js').read_text()}</script>",
             "state_session_capacity": LIMITS.max_sessions}
 

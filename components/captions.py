@@ -15,7 +15,8 @@ CAPTIONS = {
     "hist": "How many drafts each step accepted (0 = only the bonus token); the current step is green.",
     "timing": "Where each step's time went, by engine phase; the dotted line marks the shown step.",
     "cost": "Left: a step wins only above the red break-even line t(q)/t(1); dots are steps (green = this "
-            "one). Right: tokens per step (bars) against its time in one-row forwards (line).",
+            "one, the open square = its oracle width: the fewest rows for the same tokens). Right: tokens per "
+            "step (bars) against its time in one-row forwards (line).",
     "compare": "τ = tokens per forward; speed-up = tokens/s over plain decoding (the dotted line is 1).",
     "whatif": "The stored step (left) and the same step re-run with the settings on the left (right).",
 }

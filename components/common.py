@@ -1,6 +1,8 @@
-"""Shared bits of the view layer: trace normalisation, status colours, visible whitespace."""
+"""Shared bits of the view layer: trace normalisation, status colours, visible whitespace, and the two
+escaping helpers through which every text from a link, a trace or a prompt reaches the page."""
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 import plotly.graph_objects as go
@@ -28,6 +30,27 @@ THEMES = {"light": "#222222", "dark": "#e8e8e8"}
 
 # BPE tokens often start with or are whitespace; show it so " the" and "the" differ on screen.
 _WS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+# Markdown: the characters that open inline markup backslash-escaped, the three HTML ones as entities, line
+# breaks as spaces (one line stays one line); `_` only where it could open or close emphasis (never inside a
+# word, so 'trace_copy' reads as it is), and autolinks broken ('http\\://', 'www\\.', '\\@').
+_MD = {ord(c): "\\" + c for c in "\\`*[]|~$@"} | {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;",
+                                                ord("\n"): " ", ord("\r"): " "}
+_MD_RE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|:(?=//)|(?<=www)\.", re.IGNORECASE)
+# Plotly renders a subset of HTML (<b>, <a href>, <span style>, <br>) in titles, tick labels, text and hovers.
+_PLOT = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+
+
+def md_text(value: object) -> str:
+    """`value` as literal text inside Gradio Markdown: a `<b>`, a `**` or a link from a link, a trace or a
+    prompt shows as those characters. Inline code spans need none of this (their content is literal)."""
+    return _MD_RE.sub(lambda m: "\\" + m.group(), str(value).translate(_MD))
+
+
+def plot_text(value: object) -> str:
+    """`value` as literal text in a Plotly string (title, tick label, marker text, hover data)."""
+    return str(value).translate(_PLOT)
 
 
 def show_ws(text: str) -> str:

@@ -1,5 +1,6 @@
 """What a step costs: the machine's t(q)/t(1) curve as the break-even line, each step's width and tokens
-on it, and the run's tokens and time per step, both in units of one single-token forward."""
+on it beside its oracle width (the fewest rows that emit the same tokens, esp.oracle), and the run's
+tokens and time per step, both in units of one single-token forward."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -7,9 +8,10 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from esp.oracle import oracle_width
 from esp.trace import StepTrace
 
-from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, md_text, message_figure, plot_text, two_panels
 from .stats import WINDOW
 
 Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
@@ -36,7 +38,7 @@ def ratio(curve: Curve, q: float) -> float:
 
 def where(device: str | None) -> str:
     """'this T4' for the device a run measured ('CPU', 'T4', 'H200'), or a phrase for an unknown one."""
-    return f"this {device}" if device else "the machine that recorded this run"
+    return f"this {md_text(device)}" if device else "the machine that recorded this run"
 
 
 def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, machine: Curve | None = None,
@@ -46,7 +48,7 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     `device` names the device the curve was measured on, in the title."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
-    title = f"What a step costs{' on this ' + device if device else ''} (in single-token forwards)"
+    title = f"What a step costs{' on this ' + plot_text(device) if device else ''} (in single-token forwards)"
     step = steps[upto]
     curve = step_curve(step, machine)
     if curve is None or not curve.get("q"):
@@ -68,6 +70,10 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
         {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
          "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "circle"},
          "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
+        {"type": "scatter", "x": [oracle_width(step)], "y": [tokens], "mode": "markers", "name": "oracle width",
+         "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "square-open"},
+         "hovertemplate": "the same tokens from %{x} rows: the root, the accepted path and the masks on its "
+                          "end<extra></extra>"},
     ]
     if step.cost and step.cost.get("expected_tokens") is not None:
         data.append({"type": "scatter", "x": [width], "y": [step.cost["expected_tokens"]], "mode": "markers",
@@ -111,6 +117,9 @@ def cost_sentences(steps: Sequence[StepTrace | dict], upto: int | None = None, m
     here = where(device)
     first = (f"On {here} a forward of {width} rows costs {r:.1f}× a one-token forward, so step {upto} had to "
              f"emit more than {r:.1f} tokens to beat plain decoding; it emitted {tokens} and {verdict}. ")
+    best = oracle_width(step)
+    first += (f"Feeding only what it kept (the root, the accepted path and the masks on its end) would have taken "
+              f"{best} row{'s' if best > 1 else ''}, {ratio(curve, best):.1f}× a one-token forward. ")
     if device and device != "CPU":
         return first + (f"On {here} even {widest} rows cost {wide:.1f}× a one-token forward: a GPU forward is "
                         "bound by reading the weights, so wide trees cost little and every accepted draft is profit.")

@@ -1,16 +1,17 @@
-"""Exports: a run's trace as JSON and the current figures as one standalone HTML page."""
+"""Exports: a run's trace as JSON, read back as untrusted input (components/trace_schema.py). The figures
+and the whole run go out as one lecture file (components/lecture.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import plotly.graph_objects as go
-
 from esp.trace import StepTrace
 
 from .common import as_steps
+from .limits import Limits
 from .stats import run_summary
+from .trace_schema import load_trace
 
 
 def trace_payload(steps: Sequence[StepTrace | dict], meta: Mapping) -> dict:
@@ -25,20 +26,7 @@ def write_trace_json(steps: Sequence[StepTrace | dict], meta: Mapping, path: str
     return path
 
 
-def read_trace_json(path: str | Path) -> tuple[dict, list[StepTrace]]:
-    """(meta, steps) from a file written by `write_trace_json`."""
-    data = json.loads(Path(path).read_text())
-    return data["meta"], as_steps(data["steps"])
-
-
-def write_figures_html(figures: Mapping[str, go.Figure], path: str | Path, title: str = "ESP Explorer") -> Path:
-    """One self-contained page (Plotly.js embedded once, so it opens offline) with every figure."""
-    parts = [
-        f"<h2>{name}</h2>" + fig.to_html(full_html=False, include_plotlyjs=i == 0)
-        for i, (name, fig) in enumerate(figures.items())
-    ]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-            f"<body style='font-family:sans-serif'><h1>{title}</h1>{''.join(parts)}</body></html>")
-    path = Path(path)
-    path.write_text(page, encoding="utf-8")
-    return path
+def read_trace_json(path: str | Path, limits: Limits | None = None) -> tuple[dict, list[StepTrace]]:
+    """(meta, steps) from a file written by `write_trace_json`, checked as untrusted input against every cap
+    of components/trace_schema.py and `limits` (default: the server's defaults); ValueError if refused."""
+    return load_trace(path, limits or Limits())

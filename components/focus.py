@@ -7,7 +7,7 @@ from typing import Sequence
 from esp.trace import ACCEPTED, PRUNED, ROOT, AlignmentTrace, NodeTrace, StepTrace
 
 from . import sources as src
-from .common import as_step, as_steps, show_ws, walk_end
+from .common import as_step, as_steps, md_text, show_ws, walk_end
 
 # Outline of the focused node and of its rows, in every view (a vivid magenta, unlike any status or source colour, that reads on light and dark).
 FOCUS_COLOR = "#e020e0"
@@ -55,7 +55,7 @@ def focus_note(step: StepTrace | dict, i: int | None) -> str:
     node = focus_node(step, i)
     if node is None:
         return "" if i is None else f"Step {step.step} has no node {i} (its nodes are 0-{len(step.nodes) - 1})."
-    name = f"Node {node.index} {show_ws(node.text)!r}"
+    name = f"Node {node.index} {md_text(repr(show_ws(node.text)))}"
     if node.status == ROOT:
         return f"{name} is the root: the last token emitted, fed first in block row {node.row}."
     via = src.describe(node.sources)

@@ -1,13 +1,24 @@
 """A lecture file: one standalone HTML player of a whole run (every step's tree, mask, text and words,
-a step slider, prev / next, Play / Pause, arrow keys) that opens from disk with no server and no network."""
+a step slider, prev / next, Play / Pause, arrow keys), with the figures of the step shown at export below it,
+that opens from disk with no server and no network.
+
+A crafted trace or prompt must not run code in it: the page is filled in one pass (a placeholder written in
+a prompt stays text), every text is HTML-escaped, and the data sits in `application/json` script elements,
+escaped for a `<script>` context and read with JSON.parse. Plotly.js is embedded once, gzip-compressed
+(~1.5 MB of base64 instead of ~4.8 MB), and unpacked by the browser's DecompressionStream.
+"""
 from __future__ import annotations
 
+import base64
+import functools
+import gzip
 import html
 import json
 import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
@@ -20,13 +31,45 @@ from .text_view import COLOR_MAP, token_sources
 from .tree_plot import tree_figure
 
 STEPS_PER_S = 2
+# In a <script> element the HTML parser ends the data at "</script" and JavaScript ends a line at U+2028/9:
+# these characters go in as JSON's own \u escapes, which JSON.parse reads back unchanged.
+_SCRIPT_SAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028",
+                0x2029: "\\u2029"}
+# The step words' Markdown: code spans, backslash escapes (components.common.md_text), **bold**, entities.
+_MD_TOKEN = re.compile(r"`([^`]*)`|\\([!-/:-@\[-`{-~])|(\*\*)|(&(?:amp|lt|gt);)")
+_SLOT = re.compile(r"\{\{(\w+)\}\}")
+
+
+def script_json(value) -> str:
+    """`value` as JSON that is safe inside a <script> element (no "</script>", no "<!--", no U+2028/9)."""
+    return json.dumps(value, ensure_ascii=False).translate(_SCRIPT_SAFE)
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """`template` with every {{name}} replaced in one pass: text that a value brings in is never scanned
+    again, so a placeholder written in a prompt stays as written."""
+    return _SLOT.sub(lambda m: values[m.group(1)], template)
 
 
 def markdown_html(text: str) -> str:
-    """The step words' Markdown (only **bold** and `code` spans) as HTML, escaped first."""
-    out = html.escape(text, quote=False)
-    out = re.sub(r"`([^`]*)`", r"<code>\1</code>", out)
-    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    """The step words' Markdown (**bold**, `code` spans, backslash escapes, entities) as HTML; every other
+    character is escaped."""
+    out, bold, pos = [], False, 0
+    for m in _MD_TOKEN.finditer(text):
+        code, char, star, entity = m.groups()
+        out.append(html.escape(text[pos : m.start()], quote=False))
+        if code is not None:
+            out.append(f"<code>{html.escape(code, quote=False)}</code>")
+        elif char is not None:
+            out.append(html.escape(char, quote=False))
+        elif star:
+            out.append("</b>" if bold else "<b>")
+            bold = not bold
+        else:
+            out.append(entity)
+        pos = m.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return "".join(out) + ("</b>" if bold else "")
 
 
 def text_html(pairs: list[tuple[str, str]]) -> str:
@@ -39,31 +82,42 @@ def legend_html() -> str:
     return " ".join(f'<span style="background:{c}">{html.escape(label)}</span>' for label, c in COLOR_MAP.items())
 
 
+def _figure_json(fig: go.Figure) -> dict:
+    return json.loads(pio.to_json(fig, validate=False))
+
+
 def _frames(steps: list[StepTrace], meta: Mapping) -> list[dict]:
-    return [{"tree": json.loads(pio.to_json(tree_figure(s), validate=False)),
-             "mask": json.loads(pio.to_json(mask_figure(s), validate=False)),
+    return [{"tree": _figure_json(tree_figure(s)), "mask": _figure_json(mask_figure(s)),
              "text": text_html(token_sources(steps, i)), "words": markdown_html(step_words(s, meta))}
             for i, s in enumerate(steps)]
 
 
-def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping) -> str:
-    """The player page: plotly.js inlined, every step's views embedded as JSON, no external reference."""
+@functools.lru_cache(maxsize=1)
+def packed_plotly() -> str:
+    """Plotly.js (the version plotly.py draws for), gzip-compressed and base64-encoded."""
+    return base64.b64encode(gzip.compress(get_plotlyjs().encode(), compresslevel=9, mtime=0)).decode()
+
+
+def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
+                 figures: Mapping[str, go.Figure] | None = None) -> str:
+    """The player page: every step's views and the given `figures` (title -> figure, shown below the
+    player) embedded as data, Plotly.js packed once, no external reference."""
     steps = as_steps(steps)
     if not steps:
         raise ValueError("a lecture needs at least one step")
-    # "</" inside a script's JSON would end the script element early.
-    data = json.dumps(_frames(steps, meta), ensure_ascii=False).replace("</", "<\\/")
     title = html.escape(f"ESP Explorer · {meta.get('model', 'a run')} · {meta.get('spec', steps[0].method)}")
-    prompt = html.escape(str(meta.get("prompt", "")))
-    return (_PAGE.replace("{{title}}", title).replace("{{prompt}}", prompt).replace("{{legend}}", legend_html())
-            .replace("{{last}}", str(len(steps) - 1)).replace("{{dark}}", THEMES["dark"])
-            .replace("{{light}}", THEMES["light"]).replace("{{period}}", str(1000 // STEPS_PER_S))
-            .replace("{{plotly}}", get_plotlyjs()).replace("{{data}}", data))
+    shown = [{"title": name, "figure": _figure_json(fig)} for name, fig in (figures or {}).items()]
+    return fill(_PAGE, {
+        "title": title, "prompt": html.escape(str(meta.get("prompt", ""))), "legend": legend_html(),
+        "last": str(len(steps) - 1), "dark": THEMES["dark"], "light": THEMES["light"],
+        "period": str(1000 // STEPS_PER_S), "plotly": packed_plotly(), "frames": script_json(_frames(steps, meta)),
+        "figures": script_json(shown)})
 
 
-def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | Path) -> Path:
+def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | Path,
+                  figures: Mapping[str, go.Figure] | None = None) -> Path:
     path = Path(path)
-    path.write_text(lecture_html(steps, meta), encoding="utf-8")
+    path.write_text(lecture_html(steps, meta, figures), encoding="utf-8")
     return path
 
 
@@ -101,14 +155,20 @@ _PAGE = """<!doctype html>
 <div id="views"><div id="tree"></div><div id="mask"></div></div>
 <div id="legend">{{legend}}</div>
 <p id="text"></p>
-<script>{{plotly}}</script>
+<div id="figures"></div>
+<script type="application/octet-stream" id="esp-plotly">{{plotly}}</script>
+<script type="application/json" id="esp-frames">{{frames}}</script>
+<script type="application/json" id="esp-figures">{{figures}}</script>
 <script>
-const FRAMES = {{data}};
+const data = (id) => JSON.parse(document.getElementById(id).textContent);
+const FRAMES = data("esp-frames");
+const FIGURES = data("esp-figures");
 const LAST = FRAMES.length - 1;
 const $ = (id) => document.getElementById(id);
 let timer = null;
 
 function show(i) {
+  if (!window.Plotly) return;  // still unpacking
   i = Math.max(0, Math.min(LAST, i));
   const f = FRAMES[i];
   $("scrub").value = i;
@@ -139,7 +199,26 @@ document.addEventListener("keydown", (e) => {
   if (keys[e.key]) { e.preventDefault(); $(keys[e.key]).click(); }
 });
 if (matchMedia("(prefers-color-scheme: dark)").matches) document.body.classList.add("dark");
-show(0);
+
+// Plotly.js is packed (gzip + base64): unpack it, run it, then draw.
+async function unpackPlotly() {
+  const bytes = Uint8Array.from(atob($("esp-plotly").textContent), (c) => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  const code = document.createElement("script");
+  code.textContent = await new Response(stream).text();
+  document.head.appendChild(code);
+}
+function showFigures() {
+  for (const {title, figure} of FIGURES) {
+    const box = document.createElement("div"), head = document.createElement("h3");
+    head.textContent = title;
+    $("figures").append(head, box);
+    Plotly.newPlot(box, figure.data, figure.layout, {displaylogo: false, responsive: true});
+  }
+}
+unpackPlotly().then(() => { show(0); showFigures(); }, (e) => {
+  $("words").textContent = "This browser could not unpack the embedded Plotly.js (" + e + ").";
+});
 </script>
 </body></html>
 """

@@ -83,6 +83,10 @@ class Limits:
         seconds): 16 per allowed token, far more than any prompt within the token cap needs."""
         return 16 * self.max_prompt_tokens
 
+    def check_new_tokens(self, n: int) -> None:
+        if n > self.max_new_tokens:
+            raise ESPError(f"This server generates at most {self.max_new_tokens} new tokens per run, not {n}.")
+
     def check_compare(self, n_methods: int, new_tokens: int) -> None:
         """Compare's total tokens (one run per method) within max_compare_tokens."""
         if n_methods * new_tokens > self.max_compare_tokens:

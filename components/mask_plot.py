@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from esp.trace import StepTrace
 
 from . import sources as src
-from .common import STATUS_COLORS, WASH, as_step, base_layout, figure, message_figure, show_ws
+from .common import STATUS_COLORS, WASH, as_step, base_layout, figure, message_figure, plot_text, show_ws
 from .focus import FOCUS_COLOR, focus_node, mask_rows
 
 BLOCKED, VISIBLE, ON_PATH = 0, 1, 2
@@ -24,10 +24,10 @@ def row_names(step: StepTrace | dict) -> list[str]:
 
     def name(i: int, label: str) -> str:
         if i not in by_row:
-            return f"{i}:{label}"
+            return plot_text(f"{i}:{label}")
         node = by_row[i]
         tag = src.tag(node.sources)
-        return f"{i}:{show_ws(node.text)}" + (f" [{tag}]" if tag else "")
+        return plot_text(f"{i}:{show_ws(node.text)}") + (f" [{tag}]" if tag else "")
 
     return [name(i, label) for i, label in enumerate(step.row_labels)]
 

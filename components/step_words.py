@@ -8,7 +8,7 @@ from typing import Mapping
 from esp.trace import ACCEPTED, PRUNED, ROOT, NodeTrace, StepTrace
 
 from . import sources as src
-from .common import accepted_nodes, as_step, show_ws, walk_end
+from .common import accepted_nodes, as_step, md_text, show_ws, walk_end
 from .cost_view import ratio, step_curve, step_width
 from .mask_plot import prompt_length
 
@@ -41,7 +41,8 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
 def rows_fed(step: StepTrace) -> str:
     """'30 rows: the root, 9 draft nodes and 20 mask rows' (kinds in the block's order)."""
     counts = Counter(step.row_kinds)
-    parts = [("the root" if kind == "root" else _plural(n, *ROW_KINDS.get(kind, (f"{kind} row", f"{kind} rows"))))
+    parts = [("the root" if kind == "root" else
+              _plural(n, *ROW_KINDS.get(kind, (f"{md_text(kind)} row", f"{md_text(kind)} rows"))))
              for kind, n in counts.items()]
     listed = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else "nothing"
     return f"{_plural(step_width(step), 'row')} ({listed})"

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
 
 from . import sources as src
-from .common import FAINT, INK, STATUS_COLORS, as_step, base_layout, figure, message_figure, show_ws
+from .common import FAINT, INK, STATUS_COLORS, as_step, base_layout, figure, message_figure, plot_text, show_ws
 from .focus import FOCUS_COLOR, focus_node
 
 # Drawing order (later on top): the accepted path last.
@@ -87,7 +87,7 @@ def labelled_nodes(g: nx.DiGraph, pos: dict[int, tuple[float, float]], panel_px:
 def short(text: str) -> str:
     """A token's visible text cut to LABEL_CHARS characters (… marks the cut)."""
     t = show_ws(text)
-    return t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…"
+    return plot_text(t if len(t) <= LABEL_CHARS else t[: LABEL_CHARS - 1] + "…")
 
 
 def tree_figure(step: StepTrace | dict, height: int = 420, focus: int | None = None) -> go.Figure:
@@ -171,7 +171,7 @@ def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: se
                  for d, n in zip(data, ids)],
         "textposition": "middle right" if deep else "bottom center", "textfont": {"size": 10},
         # customdata: raw token text, draft p, depth, cumulative p, node index, sources, calibrated P
-        "customdata": [[d["text"], d["prob"], -pos[n][1], d["cum_prob"], n,
+        "customdata": [[plot_text(d["text"]), d["prob"], -pos[n][1], d["cum_prob"], n,
                         src.describe(d["sources"]) if status != ROOT else "the last emitted token",
                         "not calibrated" if d["p"] is None else f"{d['p']:.3f}"] for d, n in zip(data, ids)],
         "hovertemplate": ("<b>%{customdata[0]}</b><br>draft p = %{customdata[1]:.3f}<br>cumulative p = "

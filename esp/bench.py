@@ -4,6 +4,13 @@ First turn of each question, the model's chat template with the generation promp
 tau = all generated tokens / all target forwards (prefill counted); speed-up = mean tokens/s of the
 method over the mean of `ar` (Spec-Bench's ratio of means); lossless = no question's output is a failure
 against ar's under esp.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16).
+
+Protocol (`--protocol`, or a method's own `start=`): cold builds a fresh drafter for every generation, so
+nothing learnt on one question reaches the next (what a caller with one prompt gets); hot keeps one
+drafter per method across all questions (as the Token Recycling authors evaluate) and passes start=hot to
+the methods that take it. Oracle (esp.oracle): every step's cheapest feed for the same tokens with the
+same drafts, priced like `ar`'s feed on this machine's measured cost curve; the fraction is the measured
+speed-up over the oracle's. `--reference` adds transformers' own greedy `model.generate()` as a timed row.
 """
 from __future__ import annotations
 
@@ -12,13 +19,26 @@ import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Callable
 
-from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
+from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
+from .cost import CostCurve, curve_for
+from .drafters.base import Drafter
 from .engine import Decoder, Generation
 from .errors import ESPError
-from .methods import build
+from .methods import build, parse
+from .oracle import oracle_width, price
 from .shard import Shard, start
+from .timer import Phases
 from .verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
+
+COLD, HOT = "cold", "hot"
+PROTOCOLS = {COLD: "a fresh drafter for every question", HOT: "one drafter per method kept across questions"}
+GENERATE = "generate"  # the reference row: transformers' own greedy model.generate()
+ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the masks on its last node, with the "
+               "drafts the method proposed, priced on this machine's measured cost curve (padded to a wider block "
+               "where the curve makes that cheaper) against ar's one row a step priced alike; the fraction is the "
+               "measured speed-up over the oracle's. Flat curve (rows free): every decoding step costs t(1).")
 
 
 def load_questions(path: str, per_category: int | None) -> list[dict]:
@@ -46,34 +66,74 @@ def load_questions(path: str, per_category: int | None) -> list[dict]:
 
 def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> dict:
     """Per-question records -> the contract's results dict; `dtype` is the run's (its rounding sets what
-    counts as a near-tie)."""
+    counts as a near-tie). Records priced on the cost curve add the oracle figures (`limit`), and a
+    `generate` reference row adds every method's speed-up against it."""
     by = defaultdict(list)
     for r in rows:
         by[r["method"]].append(r)
     ar = {r["qid"]: r for r in by["ar"]}
 
-    def stats(rs: list[dict], base: list[dict]) -> dict:
-        tps = sum(r["tokens_per_s"] for r in rs) / len(rs)
-        base_tps = sum(r["tokens_per_s"] for r in base) / len(base)
-        return {"tau": sum(r["n_tokens"] for r in rs) / sum(r["forwards"] for r in rs),
-                "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else 0.0, "n": len(rs)}
+    def stats(rs: list[dict], cat: str | None = None) -> dict:
+        pick = lambda m: [r for r in by[m] if cat is None or r["category"] == cat]  # noqa: E731
+        tps = mean_tps(rs)
+        base_tps = mean_tps(pick("ar"))
+        out = {"tau": sum(r["n_tokens"] for r in rs) / sum(r["forwards"] for r in rs),
+               "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else 0.0, "n": len(rs)}
+        if by[GENERATE]:
+            gen_tps = mean_tps(pick(GENERATE))
+            out["speedup_vs_generate"] = tps / gen_tps if gen_tps else 0.0
+        return {**out, **limit(rs, pick("ar"), out["speedup"])}
 
     results = {}
     for m in methods:
         rs = by[m]
-        overall = stats(rs, by["ar"])
+        overall = stats(rs)
         cats = {}
         for cat in dict.fromkeys(r["category"] for r in rs):
-            sub = [r for r in rs if r["category"] == cat]
-            s = stats(sub, [r for r in by["ar"] if r["category"] == cat])
-            cats[cat] = {"tau": s["tau"], "speedup": s["speedup"], "n": s["n"]}
+            s = stats([r for r in rs if r["category"] == cat], cat)
+            cats[cat] = {k: v for k, v in s.items() if k != "tokens_per_s"}
         verdict = tally([against(ar.get(r["qid"]), r, dtype) for r in rs])
-        results[m] = {"tau": overall["tau"], "tokens_per_s": overall["tokens_per_s"], "speedup": overall["speedup"],
+        results[m] = {**{k: v for k, v in overall.items() if k != "n"},
                       "lossless": verdict["failure"] == 0, "verdict": verdict, "per_category": cats}
+        if "oracle_speedup" in overall:
+            results[m]["per_question"] = [one for r in rs if (one := question_limit(r, ar.get(r["qid"])))]
         gap = alignment_gap(rs)
         if gap:
             results[m]["alignment"] = gap
     return results
+
+
+def question_limit(r: dict, base: dict | None) -> dict | None:
+    """One question's measured speed-up, oracle speed-up and fraction reached (None without its ar run)."""
+    if base is None or not base["tokens_per_s"]:
+        return None
+    speedup = r["tokens_per_s"] / base["tokens_per_s"]
+    got = limit([r], [base], speedup)
+    return {"qid": r["qid"], "category": r["category"], "speedup": speedup,
+            **{k: got[k] for k in ("oracle_speedup", "fraction", "flat_speedup")}} if got else None
+
+
+def mean_tps(rs: list[dict], priced: str | None = None) -> float:
+    """Mean over questions of tokens per second: measured, or with the seconds a curve gave under key
+    `priced` (0 for no records)."""
+    if not rs:
+        return 0.0
+    return sum(r["tokens_per_s"] if priced is None else r["n_tokens"] / r[priced] for r in rs) / len(rs)
+
+
+def limit(rs: list[dict], base: list[dict], speedup: float) -> dict:
+    """The oracle figures of records priced on the cost curve (empty when some are not): the oracle
+    speed-up (the method's oracle feed over `ar`'s, which is ar's own feed unless a noisy curve makes a
+    wider row cheaper than one), the method's own feed over `ar`'s (drafting for free), the flat curve
+    (rows free), and the measured speed-up's fraction of the oracle's."""
+    if not rs or not base or not all("oracle_s" in r for r in rs + base):
+        return {}
+    oracle = mean_tps(rs, "oracle_s") / mean_tps(base, "oracle_s")
+    return {"oracle_speedup": oracle, "fraction": speedup / oracle,
+            "curve_speedup": mean_tps(rs, "fed_s") / mean_tps(base, "fed_s"),
+            "flat_speedup": mean_tps(rs, "flat_s") / mean_tps(base, "flat_s"),
+            "width_mean": sum(r["width_mean"] for r in rs) / len(rs),
+            "oracle_width_mean": sum(r["oracle_width_mean"] for r in rs) / len(rs)}
 
 
 def against(base: dict | None, r: dict, dtype: str):
@@ -81,6 +141,16 @@ def against(base: dict | None, r: dict, dtype: str):
     if base is None:
         return Verdict(FAILURE, reason="no ar run of this question to compare with")
     return classify(base["tokens"], base.get("top2"), r["tokens"], r.get("top2"), dtype)
+
+
+# Rows of the table that only some runs have: (label, the results key that must be there, its cell).
+EXTRA_ROWS = (
+    ("speed-up vs generate()", "speedup_vs_generate", lambda r: f"{r['speedup_vs_generate']:.2f}x"),
+    ("oracle speed-up (fraction reached)", "oracle_speedup", lambda r: f"{r['oracle_speedup']:.2f}x ({r['fraction']:.0%})"),
+    ("its widths, drafting free", "curve_speedup", lambda r: f"{r['curve_speedup']:.2f}x"),
+    ("mean width: fed / oracle", "oracle_width_mean", lambda r: f"{r['width_mean']:.1f} / {r['oracle_width_mean']:.1f}"),
+    ("flat curve (rows free)", "flat_speedup", lambda r: f"{r['flat_speedup']:.2f}x"),
+)
 
 
 def table(results: dict, markdown: bool = False) -> str:
@@ -95,6 +165,9 @@ def table(results: dict, markdown: bool = False) -> str:
     body.append(["exact / near-tie / failure"] + [
         "{exact} / {near_tie} / {failure}".format(**results[m]["verdict"]) for m in methods])
     body.append(["largest gap (rounding units)"] + [f"{results[m]['verdict']['max_gap']:.2f}" for m in methods])
+    for label, key, fmt in EXTRA_ROWS:
+        if any(key in r for r in results.values()):
+            body.append([label] + [fmt(results[m]) if key in results[m] else "-" for m in methods])
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
@@ -120,13 +193,21 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
-def record(q: dict, method: str, g: Generation, align: bool) -> dict:
-    """One question's result for one method: the only place records are built."""
+def record(q: dict, method: str, g: Generation, align: bool, t: Callable[[int], float] | None = None,
+           upto: int = 0) -> dict:
+    """One question's result for one method: the only place records are built. With `t` (seconds for a
+    forward of q rows; the oracle may pad a feed to a cheaper width up to `upto`) the run is also priced
+    on that curve: as fed, as the oracle feed, on the flat curve."""
     r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": g.tokens,
          "n_tokens": g.summary.tokens, "forwards": g.summary.forwards, "seconds": g.summary.seconds,
          "tokens_per_s": g.summary.tokens_per_s, "top2": [t for s in g.steps for t in s.top2], **widths(g)}
     if align:
         r["align"] = alignment_sums(g)
+    if t is not None:
+        priced = price(g.steps, t, upto)
+        drafted = [s for s in g.steps if not s.prefill] or g.steps
+        r.update(fed_s=priced.fed_s, oracle_s=priced.oracle_s, flat_s=priced.flat_s,
+                 oracle_width_mean=sum(map(oracle_width, drafted)) / len(drafted))
     return r
 
 
@@ -180,62 +261,115 @@ def widths(g) -> dict:
     return {"width_mean": sum(w) / len(w), "width": {"min": w[0], "median": pick(0.5), "p90": pick(0.9), "max": w[-1]}}
 
 
-def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[list]]:
-    """transformers' own greedy decoding, the ground truth for losslessness: its tokens and, per token, the
-    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.verdict)."""
+def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[list], float]:
+    """transformers' own greedy decoding, the ground truth for losslessness: its tokens, per token the
+    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.verdict), and the seconds of the
+    `generate` call alone (a device sync at each end)."""
     import torch
 
+    clock = Phases(lm.device)
+    t0 = clock.now()
     out = lm.model.generate(torch.tensor([ids], device=lm.device), max_new_tokens=max_new_tokens, do_sample=False,
                             output_logits=True, return_dict_in_generate=True)
+    seconds = clock.now() - t0
     vals, top = torch.stack(out.logits)[:, 0].float().topk(2, -1)
     top2 = [[a, x, b, y] for (a, b), (x, y) in zip(top.tolist(), vals.tolist())]
-    return out.sequences[0, len(ids):].tolist(), top2
+    return out.sequences[0, len(ids):].tolist(), top2, seconds
 
 
-def run_share(lm, drafters: dict, questions: list[dict], shard: Shard,
-              a: argparse.Namespace) -> list[tuple[int, list[dict], dict | None]]:
-    """This process's questions: (question index, its records for every method, the verdict of ar against
-    model.generate as a dict when --reference)."""
+def generated(lm, q: dict, ids: list[int], max_new_tokens: int) -> dict:
+    """The reference row's record of one question: `model.generate` timed, one forward per token."""
+    tokens, top2, seconds = reference(lm, ids, max_new_tokens)
+    return {"qid": q.get("question_id"), "category": q["category"], "method": GENERATE, "tokens": tokens,
+            "n_tokens": len(tokens), "forwards": len(tokens), "seconds": seconds,
+            "tokens_per_s": len(tokens) / seconds if seconds > 0 else 0.0, "top2": top2}
+
+
+def protocol_line(default: str, protocols: dict[str, str]) -> str:
+    """One sentence: which protocol ran, and the methods whose own start= set the other."""
+    other = [s for s, p in protocols.items() if p != default]
+    return (f"Protocol: {default} ({PROTOCOLS.get(default, default)})"
+            + (f"; {', '.join(other)} by their own start=" if other else "") + ".")
+
+
+def protocol_of(spec: str, default: str) -> str:
+    """A method's protocol: the start= its spec sets, else the run's --protocol."""
+    return parse(spec)[1].get("start", default)
+
+
+class Drafters:
+    """Where a method's drafter for each generation comes from, as its protocol says. Cold: a fresh one
+    every time. Hot: one per repeat, kept across the questions in order (so that no drafter sees a
+    question twice), built with start=hot for the methods that take it."""
+
+    def __init__(self, spec: str, defaults: dict, protocol: str, repeats: int):
+        self.spec, self.protocol, self.defaults = spec, protocol, {**defaults, "start": protocol}
+        self.kept = [self.fresh() for _ in range(repeats)] if protocol == HOT else None
+        self.description = (self.kept[0] if self.kept else self.fresh()).describe()
+
+    def fresh(self) -> Drafter:
+        return build(self.spec, self.defaults)
+
+    def get(self, repeat: int) -> Drafter:
+        return self.kept[repeat] if self.kept else self.fresh()
+
+
+def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: Shard, a: argparse.Namespace,
+              curve: CostCurve) -> list[tuple[int, list[dict], dict | None]]:
+    """This process's questions: (question index, its records for every method, each priced on `curve`,
+    the verdict of ar against model.generate as a dict when --reference)."""
     from tqdm import tqdm
 
     mine = shard.mine(len(questions))
     prompts = {i: lm.chat_ids(questions[i]["turns"][0]) for i in mine}
-    for d in drafters.values():
+    names = list(drafters) + ([GENERATE] if a.reference else [])
+    for s in names:
+        # Warm-ups run on a drafter of their own, so a hot one starts the timed questions empty.
+        d = None if s == GENERATE else drafters[s].fresh()
         for w in range(a.warmup if mine else 0):
-            Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False,
-                    timings=False).generate(prompts[mine[w % len(mine)]])
+            ids = prompts[mine[w % len(mine)]]
+            if d is None:
+                reference(lm, ids, min(32, a.max_new_tokens))
+            else:
+                Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False, timings=False).generate(ids)
     out = []
-    with tqdm(total=len(mine) * len(drafters) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
+    with tqdm(total=len(mine) * len(names) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
         for i in mine:
-            runs: dict[str, list[dict]] = {s: [] for s in drafters}
-            for _ in range(a.repeats):
-                for s, d in drafters.items():  # interleaved, so drift in machine speed hits every method alike
-                    # No per-phase syncs: the run is timed as a whole (one sync at each end).
-                    g = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
-                                timings=False).generate(prompts[i])
-                    runs[s].append(record(questions[i], s, g, a.align))
+            runs: dict[str, list[dict]] = {s: [] for s in names}
+            for rep in range(a.repeats):
+                for s in names:  # interleaved, so drift in machine speed hits every method alike
+                    if s == GENERATE:
+                        runs[s].append(generated(lm, questions[i], prompts[i], a.max_new_tokens))
+                    else:
+                        # No per-phase syncs: the run is timed as a whole (one sync at each end).
+                        g = Decoder(lm, drafters[s].get(rep), max_new_tokens=a.max_new_tokens, trace_mask=False,
+                                    align=a.align, timings=False).generate(prompts[i])
+                        runs[s].append(record(questions[i], s, g, a.align, curve.predict, max(curve.q)))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
             rows = [sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2] for rs in runs.values()]
             ref = None
             if a.reference:
-                ar = next(r for r in rows if r["method"] == "ar")
-                tokens, top2 = reference(lm, prompts[i], a.max_new_tokens)
-                ref = classify(tokens, top2, ar["tokens"], ar["top2"], dtype_name(lm.dtype)).to_dict()
+                ar, gen = (next(r for r in rows if r["method"] == m) for m in ("ar", GENERATE))
+                ref = classify(gen["tokens"], gen["top2"], ar["tokens"], ar["top2"], dtype_name(lm.dtype)).to_dict()
             out.append((i, rows, ref))
     return out
 
 
-def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict, parts: list,
-           dtype: str = "float32") -> None:
+def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict[str, Drafters], parts: list,
+           dtype: str = "float32", curve: CostCurve | None = None) -> None:
     """Print the table of every rank's records and write the files that the arguments ask for."""
     done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
     rows = [r for _, rs, _ in done for r in rs]
     refs = [(questions[i].get("question_id"), ref) for i, _, ref in done if ref is not None]
     mismatched = [qid for qid, ref in refs if ref["kind"] == FAILURE]
-    results = aggregate(rows, list(drafters), dtype)
+    results = aggregate(rows, list(drafters) + ([GENERATE] if a.reference else []), dtype)
+    protocols = {s: d.protocol for s, d in drafters.items()}
+    said = protocol_line(a.protocol, protocols)
     print(f"model {model} ({dtype}), {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
+    print(said)
     print(table(results))
+    print(ORACLE_NOTE)
     kinds = Counter(ref["kind"] for _, ref in refs)
     if a.reference:
         print(f"ar against model.generate: {kinds[EXACT]} exact, {kinds[NEAR_TIE]} near-tie, {kinds[FAILURE]} failure"
@@ -243,12 +377,15 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
     if a.json:
         meta = {"model": model, "dtype": dtype, "reference_mismatches": mismatched if a.reference else None,
                 "reference_verdicts": dict(refs) if a.reference else None,
-                "methods": {s: d.describe() for s, d in drafters.items()},
+                "methods": {**{s: d.description for s, d in drafters.items()},
+                            **({GENERATE: "transformers model.generate(do_sample=False)"} if a.reference else {})},
+                "protocol": a.protocol, "protocols": protocols, "oracle": ORACLE_NOTE,
+                "curve": curve.to_dict() if curve else None,
                 "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
         gaps = alignment_table(results)
-        Path(a.markdown).write_text(table(results, markdown=True) + "\n"
+        Path(a.markdown).write_text(table(results, markdown=True) + f"\n\n{said}\n\n{ORACLE_NOTE}\n"
                                     + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
     if a.html:
         chart(results, a.html)
@@ -263,7 +400,11 @@ def main(argv: list[str] | None = None) -> None:
     add_model_args(p)
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
-                   help="also check that ar's tokens equal transformers' model.generate(do_sample=False)")
+                   help="also time transformers' model.generate(do_sample=False) as a row, report every speed-up "
+                        "against it too, and check that ar's tokens equal its")
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default=COLD,
+                   help="cold: a fresh drafter for every question; hot: one per method kept across questions, "
+                        "with start=hot for the methods that take it (a method's own start= wins)")
     p.add_argument("--device-map", choices=["auto"], default=None,
                    help="spread the model over the visible GPUs (under torchrun: over this process's share of them)")
     p.add_argument("--align", action="store_true",
@@ -278,6 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.per_category is not None and a.per_category < 1:
         fail("--per-category must be at least 1.")
     check_model_args(a)
+    if a.html:
+        require("plotly", "--html")
     if a.repeats < 1:
         fail("--repeats must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]
@@ -285,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--methods lists a method twice: {a.methods}")
     if "ar" not in specs:
         specs.insert(0, "ar")  # every speed-up and the lossless check are relative to ar
-    drafters = {s: build(s, esp_defaults(a)) for s in specs}
+    drafters = {s: Drafters(s, esp_defaults(a), protocol_of(s, a.protocol), a.repeats) for s in specs}
     questions = load_questions(a.questions, a.per_category)
 
     from .models import load
@@ -293,12 +436,15 @@ def main(argv: list[str] | None = None) -> None:
     shard = start()
     try:
         lm = load(a.model, device=shard.device(), dtype=a.dtype, gpus=shard.gpus() if a.device_map == "auto" else None)
-        done = run_share(lm, drafters, questions, shard, a)
+        # Every feed and the oracle are priced on this machine's curve as it stands before the run (the one
+        # bc=auto drafters start from), copied so that their online corrections do not move it.
+        curve = CostCurve.from_dict(curve_for(lm).to_dict())
+        done = run_share(lm, drafters, questions, shard, a, curve)
         parts = shard.gather(done)
     finally:
         shard.close()
     if shard.main:
-        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype))
+        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve)
     shard.leave()
 
 

@@ -50,6 +50,14 @@ def esp_defaults(a: argparse.Namespace) -> dict:
     return {k: v for k, v in dict(k=a.k, bc=a.bc, lam=a.lam, tree=a.tree, init=a.init).items() if v is not None}
 
 
+def require(module: str, option: str, extra: str = "app") -> None:
+    """Fail with one line when `option` needs an optional package that is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        fail(f"{option} needs {module}: pip install 'esp-explorer[{extra}]' (or pip install {module}).")
+
+
 def fail(message: str) -> None:
     """One clear line on stderr and a non-zero exit."""
     print(f"error: {message}", file=sys.stderr)

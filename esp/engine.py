@@ -27,6 +27,14 @@ class Generation:
     summary: RunSummary
 
 
+def check_vocab(ids: list[int], vocab_size: int) -> None:
+    """Refuse token ids outside the model's vocabulary with one sentence (on CUDA an out-of-range id is a
+    device-side assert that breaks the process's CUDA state for every later call)."""
+    bad = next((t for t in ids if not (isinstance(t, int) and 0 <= t < vocab_size)), None)
+    if bad is not None:
+        raise ESPError(f"Token id {bad!r} is outside this model's vocabulary (ids 0 to {vocab_size - 1}).")
+
+
 class Decoder:
     """Runs one drafter through the shared tree / mask / cache / verify machinery."""
 
@@ -59,6 +67,7 @@ class Decoder:
         """Reject prompts the model cannot take, with one clear sentence."""
         if not prompt_ids:
             raise ESPError("The prompt is empty: type some text first.")
+        check_vocab(prompt_ids, self.lm.vocab_size)
         room = self.lm.max_context - self.max_new_tokens - 64
         if len(prompt_ids) > room:
             raise ESPError(

@@ -2,6 +2,7 @@
 Python, then load it once so that it is converted into the model cache."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -22,9 +23,9 @@ def install(name: str) -> None:
     print(f"{name} is installed and converted in {converted(model)}")
 
 
-def main() -> None:
-    run_main(lambda: install(sys.argv[1] if len(sys.argv) > 1 else ""))
-
-
-if __name__ == "__main__":
-    main()
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and install the named model, failing with one line."""
+    p = argparse.ArgumentParser(prog="python -m esp.offline", description=__doc__)
+    p.add_argument("name", nargs="?", default="", help=f"the offline model: {', '.join(MODELS)}")
+    a = p.parse_args(argv)
+    run_main(lambda: install(a.name))

@@ -17,18 +17,21 @@ from typing import Iterator
 
 import gradio as gr
 
+from components.common import md_text
 from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
-from components.export import read_trace_json, write_figures_html, write_trace_json
+from components.export import read_trace_json, write_trace_json
 from components.lecture import write_lecture
 from components.settings import KNOBS, RunSettings, knob_reasons
+from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
 from esp import methods
 from esp.cost import curve_for
-from esp.engine import Decoder
+from esp.engine import Decoder, check_vocab
 from esp.errors import ESPError
 from esp.lm import LM
 from esp.models import EMBEDDED
+from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
 from . import emulation, gpu
@@ -131,33 +134,38 @@ def _shown(session: Session, state: str = "done", i: int | None = None) -> tuple
     """Step i (default: the last) with its status: the output that closes a run or opens a trace."""
     last = len(session.steps) - 1
     i = last if i is None else i
-    session.hold()
     return (status(session, i, state), gr.update(maximum=max(last, 1), value=i), *render(session, i), session)
 
 
 def open_trace(file: str | None, session: Session | None = None, step: int | None = None) -> tuple:
     """Show a recorded trace (exported by the app, or shipped in assets/) with every view, without any
-    model, at `step` (default: its last). Outputs: (status, scrubber, *VIEWS, session); a malformed or
-    foreign file gets one line."""
+    model, at `step` (default: its last). Outputs: (status, scrubber, *VIEWS, session). The file is untrusted
+    input: it is checked against every cap of components/trace_schema.py and the server's LIMITS before
+    anything is stored, and a refused file gets one line and leaves the session exactly as it was."""
     outputs = 3 + len(VIEWS)
     if not file:
         return refusal("Choose a trace file (.json) first.", outputs, "open_trace")
-    try:
-        meta, steps = read_trace_json(file)
-        if not steps:
-            raise ValueError("it has no steps")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        detail = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else str(e).splitlines()[0][:120]
-        return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
-                       outputs, "open_trace")
     session = session or Session()
     if session.running:
         return refusal("A run is streaming: stop it before opening a trace.", outputs, "open_trace")
-    session.steps, session.clocks, session.meta = steps, [], dict(meta)
-    session.meta.setdefault("settings", meta.get("spec", steps[0].method))
-    session.meta["opened"] = Path(file).name
-    session.meta.pop("shipped", None)  # an export of a shipped trace is a file like any other
-    return _shown(session, i=None if step is None else min(max(step, 0), len(steps) - 1))
+    try:
+        meta, steps = read_trace_json(file, LIMITS)
+    except (OSError, ValueError) as e:
+        detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
+                       outputs, "open_trace")
+    meta.setdefault("settings", meta.get("spec", steps[0].method))
+    meta["opened"] = Path(file).name[:LABEL_CHARS]
+    # Drawn into a candidate first: the session takes the trace only once every view of it rendered.
+    candidate = Session(steps=steps, meta=meta)
+    i = None if step is None else min(max(step, 0), len(steps) - 1)
+    try:
+        shown = _shown(candidate, i=i)
+    except Exception:  # noqa: BLE001 - a trace the schema let through but a view cannot draw is a bug here
+        log.exception("a checked trace failed to render")
+        return refusal("This trace could not be drawn: open a JSON file written by Export.", outputs, "open_trace")
+    session.load(steps, meta)
+    return (*shown[:-1], session)
 
 
 # A shipped trace is named by its label (the page's list) or its file stem (a link, the tour).
@@ -176,8 +184,8 @@ def open_shipped(name: str, session: Session | None = None, step: int | None = N
 
 @guard("export", None, i=STEP)
 def export(session: Session | None, i: int | None) -> list[str]:
-    """The run's trace as JSON, the figures of the shown step as one standalone HTML page, and the whole
-    run as a lecture file (a standalone HTML player of every step: components/lecture.py)."""
+    """The run's trace as JSON, and one lecture file: a standalone HTML player of every step with the shown
+    step's figures below it (components/lecture.py; one packed copy of Plotly.js keeps it small)."""
     i = stored_step(session, i, "export")
     folder = session.export_dir()
     views = dict(zip(VIEWS, render(session, i)))
@@ -185,8 +193,7 @@ def export(session: Session | None, i: int | None) -> list[str]:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return [
         str(write_trace_json(session.steps, session.meta, folder / f"esp-trace-{stamp}.json")),
-        str(write_figures_html(figures, folder / f"esp-figures-step{i}-{stamp}.html")),
-        str(write_lecture(session.steps, session.meta, folder / f"esp-lecture-{stamp}.html")),
+        str(write_lecture(session.steps, session.meta, folder / f"esp-lecture-step{i}-{stamp}.html", figures)),
     ]
 
 
@@ -199,7 +206,7 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
         s = run_settings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
                          top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
     except ESPError as e:
-        return f"⚠️ {e}"
+        return f"⚠️ {md_text(e)}"
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
     return f"Ready: {s.describe()}{note}"
 
@@ -327,11 +334,14 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
         meta = session.meta
         if meta.get("model_name") is None or "prompt_ids" not in meta:
             raise ESPError("What-if needs the model that recorded this trace, and this file does not name one.")
+        if "sampling" not in meta or "max_new_tokens" not in meta:
+            raise ESPError("What-if needs the run's decoding rule and token limit, and this file does not record them.")
         name = LIMITS.check_model(meta["model_name"])
         if not 1 <= i < len(session.steps):
             raise ESPError(f"What-if re-runs a decoding step, 1 to {len(session.steps) - 1}: "
                            f"step {i} is {'the prefill' if i == 0 else 'not in this run'}.")
         lm = load_model(name)
+        check_replay(lm, meta, session.steps[: i + 1])
         out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
                          meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
                          seconds=call_seconds(lm, WHATIF_TOKENS))
@@ -343,6 +353,16 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
         return refusal(out["error"], 3, "whatif")
     alt = StepTrace.from_dict(out["step"])
     return whatif_table(session, session.steps[i], alt, settings), tree_figure(session.steps[i]), tree_figure(alt)
+
+
+def check_replay(lm: LM, meta: dict, steps: list[StepTrace]) -> None:
+    """Every cap a typed prompt gets, for a what-if from a stored run (an opened trace's included), before
+    any model call: prompt length, new tokens, the sampling rule, and every token id inside the model's
+    vocabulary."""
+    LIMITS.check_prompt(len(meta["prompt_ids"]))
+    LIMITS.check_new_tokens(meta["max_new_tokens"])
+    Sampling(**meta["sampling"])
+    check_vocab([*meta["prompt_ids"], *(t for s in steps for t in (s.root, *s.emitted))], lm.vocab_size)
 
 
 def whatif_table(session: Session, original: StepTrace, alt: StepTrace, settings: RunSettings) -> str:
@@ -360,8 +380,8 @@ def whatif_table(session: Session, original: StepTrace, alt: StepTrace, settings
         "",
         "| | method | rows fed | accepted drafts | tokens emitted | forward ms | cost (one-row forwards) |",
         "|---|---|---:|---:|---:|---:|---:|",
-        row("original", session.meta.get("spec", original.method), original),
-        row("what-if", settings.spec(), alt),
+        row("original", md_text(session.meta.get("spec", original.method)), original),
+        row("what-if", md_text(settings.spec()), alt),
     ])
 
 

@@ -6,6 +6,7 @@ import logging
 
 import gradio as gr
 
+from components.common import md_text
 from components.settings import KNOBS
 from components.tour import load_tour
 from esp import methods
@@ -59,9 +60,9 @@ def open_link(session: Session | None, request: gr.Request | None = None) -> tup
         problems.append(f"{name} has steps 0-{len(shown.steps) - 1}, not {step}")
     if not problems:
         return (*out, gr.Tabs(selected=tab))
-    message = "This link was partly wrong: " + "; ".join(problems) + "."
+    message = "This link was partly wrong: " + "; ".join(problems) + "."  # quotes the link: shown as text
     log.info("link clamped: %s", message)
-    return (f"⚠️ {message} · {out[0]}", *out[1:], gr.Tabs(selected=tab))
+    return (f"⚠️ {md_text(message)} · {out[0]}", *out[1:], gr.Tabs(selected=tab))
 
 
 def trace_controls(session: Session | None) -> tuple:

@@ -12,6 +12,7 @@ visitor gets one line too.
 from __future__ import annotations
 
 import functools
+import html
 import inspect
 import logging
 import math
@@ -37,16 +38,12 @@ MAX_STEP = 100_000
 SEED_MAX = 2**31 - 1
 
 
-# A sent value is echoed into the status Markdown and the toast (both render HTML): as text, never markup.
-_AS_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-
-
 def shown(value: Any) -> str:
-    """A sent value as a refusal quotes it: its repr cut to 40 characters (it may be huge), with the
-    characters that make HTML or a Markdown link written as entities, so that it reads as the text sent."""
+    """A sent value as a refusal quotes it: its repr cut to 40 characters (it may be huge). The refusal
+    reaches the page as text (explorer.views.refuse), markup and links included."""
     big = isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30
     text = f"a {value.bit_length()}-bit number" if big else repr(value)
-    return (text if len(text) <= 40 else text[:37] + "...").translate(_AS_TEXT).replace("](", "]&#40;")
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,7 @@ def guard(where: str, outputs: int | None, status_at: int = 0, **fields: Field) 
     def refused(message: str):
         if outputs is None:
             log.info("refused %s: %s", where, message)
-            raise gr.Error(f"⚠️ {message}", print_exception=False)
+            raise gr.Error(f"⚠️ {html.escape(message)}", print_exception=False)  # the toast renders HTML
         out = refusal(message, outputs, where)
         return (*out[1: status_at + 1], out[0], *out[status_at + 1:])
 

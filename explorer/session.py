@@ -64,6 +64,11 @@ class Session:
         HELD.hold(self)
         return self.token
 
+    def load(self, steps: list[StepTrace], meta: dict[str, Any]) -> None:
+        """Keep an opened trace as this session's run (no clocks: it was recorded elsewhere)."""
+        self.steps, self.clocks, self.meta, self.gone = steps, [], meta, None
+        HELD.hold(self)
+
     def hold(self) -> None:
         """This session's run was just used: keep it among the HELD runs, as the most recent."""
         HELD.hold(self)

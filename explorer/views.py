@@ -1,11 +1,13 @@
 """A stored step's views and the status line (main process only: figures never cross a process)."""
 from __future__ import annotations
 
+import html
 import logging
 
 import gradio as gr
 
 from components.align_plot import align_figure
+from components.common import md_text
 from components.cost_view import cost_figure, cost_sentences
 from components.focus import focus_choices, focus_node, focus_note
 from components.mask_plot import mask_figure
@@ -66,15 +68,16 @@ def status(session: Session, i: int, state: str = "done") -> str:
              "stopped": f"{n}** ({session.steps_after_stop()} after the click) · step {i} of {last}",
              "timeout": f"{n}: this GPU call's time ran out** · step {i} of {last}",
              "aborted": f"{n}: the GPU worker ended ({why})** · step {i} of {last}"}[kind]
-    source = f" · recorded: {session.meta['opened']}" if session.meta.get("opened") else ""
-    return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {session.meta['settings']}{source}"
+    source = f" · recorded: {md_text(session.meta['opened'])}" if session.meta.get("opened") else ""
+    return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {md_text(session.meta['settings'])}{source}"
 
 
 def refuse(message: str, where: str) -> str:
-    """A user error: one log line (no traceback) and one toast; returns the status line to show."""
+    """A user error: one log line (no traceback) and one toast; returns the status line to show. The message
+    may quote what the visitor sent, so it reaches the page as text (the toast renders HTML)."""
     log.info("refused %s: %s", where, message)
-    gr.Warning(message)
-    return f"⚠️ {message}"
+    gr.Warning(html.escape(message))
+    return f"⚠️ {md_text(message)}"
 
 
 def refusal(message: str, outputs: int, where: str) -> tuple:

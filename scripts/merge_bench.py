@@ -18,10 +18,12 @@ from esp.bench import aggregate, alignment_table, table  # noqa: E402
 
 def merge(runs: list[dict], order: list[str] | None = None) -> dict:
     """One bench result from several (methods in `order`, default: as they first appear); meta keeps the
-    first run's and lists every run's methods."""
-    records, seen, methods = [], set(), {}
+    first run's and lists every run's methods and the protocol each ran under."""
+    records, seen, methods, protocols = [], set(), {}, {}
     for run in runs:
         methods.update(run["meta"]["methods"])
+        for m, protocol in (run["meta"].get("protocols") or {}).items():
+            protocols.setdefault(m, protocol)  # like its records: the first run of a method wins
         for r in run["records"]:
             if (r["qid"], r["method"]) not in seen:
                 seen.add((r["qid"], r["method"]))
@@ -32,6 +34,8 @@ def merge(runs: list[dict], order: list[str] | None = None) -> dict:
     qids = list(dict.fromkeys(r["qid"] for r in records))
     records.sort(key=lambda r: (qids.index(r["qid"]), order.index(r["method"])))
     meta = dict(runs[0]["meta"], methods=methods, questions=len(qids), merged_from=len(runs))
+    if protocols:
+        meta["protocols"] = {m: protocols[m] for m in order if m in protocols}
     return {"results": aggregate(records, order, meta.get("dtype", "float32")), "meta": meta, "records": records}
 
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib.util
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,6 +28,11 @@ def script_module(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def plain(line: str) -> str:
+    """A status line as the visitor reads it: components.common.md_text's escapes undone."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", line))
 
 
 def tree_state(root: Path = ROOT) -> dict[str, tuple[str, str]] | None:
@@ -126,3 +133,15 @@ def tiny_lm():
         return made[arch]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, headless (the tests that use it skip without /usr/bin/chromium)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    args = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"]
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        yield b
+        b.close()

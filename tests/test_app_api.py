@@ -93,13 +93,14 @@ def test_scrub_renders_a_stored_step(client, streamed):
 
 def test_export_files(client, streamed):
     paths = client.predict(2, api_name="/export")
-    assert len(paths) == 3
-    trace, page, lecture = (next(p for p in paths if tag in Path(p).name) for tag in ("trace", "figures", "lecture"))
+    assert len(paths) == 2  # the trace, and one lecture file holding the shown step's figures too
+    trace, lecture = (next(p for p in paths if tag in Path(p).name) for tag in ("trace", "lecture"))
     data = json.loads(open(trace).read())
     last = int(_value(streamed[-1][1]))
     assert len(data["steps"]) == last + 1 and data["meta"]["spec"].startswith("esp:k=2:bc=30")
-    assert "Draft tree · step 2" in open(page).read()
+    assert Path(lecture).name.startswith("esp-lecture-step2-")
     lecture = open(lecture, encoding="utf-8").read()  # the whole run as a player (tests/test_lecture.py plays it)
+    assert '"title": "tree (step 2)"' in lecture  # the shown step's figures, below the player
     assert lecture.count('"words": ') == last + 1  # one frame per step
 
 

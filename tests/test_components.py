@@ -11,7 +11,7 @@ import pytest
 from components.align_plot import GROUPS, align_figure, layer_stats
 from components.common import STATUS_COLORS, as_step, show_ws
 from components.compare_view import compare_figure, compare_rows
-from components.export import read_trace_json, trace_payload, write_figures_html, write_trace_json
+from components.export import read_trace_json, trace_payload, write_trace_json
 from components.mask_plot import BLOCKED, ON_PATH, VISIBLE, mask_figure, mask_matrix, row_names
 from components.settings import RunSettings
 from components.stats import PHASES, accept_hist_figure, run_summary, stats_markdown, timing_figure
@@ -217,13 +217,10 @@ def test_compare_rows_speed_up_and_verdict():
     assert compare_rows([same])[0][6] == "—"  # no ar run to compare with
 
 
-def test_exports(run, steps, hit, tmp_path):
+def test_exports(run, steps):
     meta, _ = run
     payload = trace_payload(steps, meta)
     assert json.loads(json.dumps(payload))["summary"]["tokens"] == run_summary(steps).tokens
-    page = write_figures_html({"tree": tree_figure(hit), "mask": mask_figure(hit)}, tmp_path / "f.html").read_text()
-    assert page.count("<h2>") == 2 and "Draft tree" in page and "Mask · step" in page
-    assert page.count("plotly.js v") == 1  # Plotly.js embedded once, so the page works offline
 
 
 def test_settings_use_the_engine_rules():
@@ -400,6 +397,17 @@ def test_cost_view_prefers_the_step_cost_record(hit):
     assert traces["expected"].y[0] == 2.5
 
 
+def test_cost_view_shows_the_oracle_width_beside_the_width_fed(steps, hit):
+    from components.cost_view import cost_figure, cost_sentences
+    from esp.oracle import oracle_width
+
+    best = oracle_width(hit)
+    assert best == len(hit.accepted_rows) + 2 < len(hit.positions)  # ESP k=2: two masks on the path's end
+    mark = {t.name: t for t in cost_figure(steps, hit.step, FAKE_CURVE).data}["oracle width"]
+    assert (mark.x[0], mark.y[0]) == (best, len(hit.emitted))
+    assert f"would have taken {best} rows" in cost_sentences(steps, hit.step, FAKE_CURVE)
+
+
 def test_old_traces_without_new_fields_still_load(hit):
     d = hit.to_dict()
     d.pop("cost")
@@ -418,6 +426,8 @@ def test_server_limits_from_the_environment():
     assert lim.check_model("/models/x") == "/models/x"
     with pytest.raises(ESPError, match="does not offer the model 'Qwen/Qwen3-0.6B'"):
         lim.check_model("Qwen/Qwen3-0.6B")
+    with pytest.raises(ESPError, match="at most 32 new tokens"):
+        lim.check_new_tokens(33)
     with pytest.raises(ESPError, match="Compare decodes 7 methods, at most 1024 tokens in all on this server: "
                                        "set max new tokens to 146 or less"):
         lim.check_compare(7, 147)

@@ -8,8 +8,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
 PAGE = """<!doctype html><html><body>
 <div id="controls"><textarea id="prompt"></textarea></div>
@@ -18,15 +16,6 @@ PAGE = """<!doctype html><html><body>
 <div id="tree-plot">tree</div><div id="mask-plot">mask</div>
 <script>window.clicks = {prev: 0, next: 0, play: 0}; function count(b) { window.clicks[b] += 1; }</script>
 <script>SCRIPT</script></body></html>"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, tmp_path, query: str = ""):

@@ -22,15 +22,27 @@ def _is_main_guard(node: ast.AST) -> bool:
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
 
-def _imports(path, modules: set[str]) -> set[str]:
+def _imports(path, modules: set[str], program: bool = False) -> set[str]:
     """esp modules that `path` imports anywhere (function bodies too: a lazy import still closes a circle
-    once it runs), except under a main guard."""
+    once it runs), except under a main guard; with `program`, only those its main guard imports."""
     here = _module(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    return imports_in(path.read_text(), here, path.name == "__init__.py", modules, program)
+
+
+def imports_in(source: str, here: str, is_package: bool, modules: set[str], program: bool = False) -> set[str]:
+    """`_imports` for the source of module `here`."""
+    package = here if is_package else here.rpartition(".")[0]
     out: set[str] = set()
 
-    def visit(node: ast.AST) -> None:
+    def visit(node: ast.AST, guarded: bool = False) -> None:
         if _is_main_guard(node):
+            if program:
+                for child in node.body:
+                    visit(child, True)
+            return
+        if program and not guarded:
+            for child in ast.iter_child_nodes(node):
+                visit(child)
             return
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in modules)
@@ -44,9 +56,9 @@ def _imports(path, modules: set[str]) -> set[str]:
                 sub = f"{base}.{a.name}"
                 out.add(sub if sub in modules else base)
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, guarded)
 
-    visit(ast.parse(path.read_text()))
+    visit(ast.parse(source))
     return {m for m in out if m in modules and m != here}
 
 
@@ -89,6 +101,36 @@ def test_the_import_graph_has_no_cycle():
     assert {"esp.models", "esp.offline", "esp.cost", "esp.paths", "esp.drafters.hybrid"} <= set(g)
     assert "esp.paths" in g["esp.cost"] and "esp.offline" not in g["esp.cost"]
     assert cycle(g) is None, " -> ".join(cycle(g))
+
+
+def reaches(g: dict[str, set[str]], start: set[str], target: str) -> bool:
+    """True when a module of `start` imports `target`, directly or through others."""
+    seen, todo = set(), list(start)
+    while todo:
+        m = todo.pop()
+        if m == target:
+            return True
+        if m not in seen:
+            seen.add(m)
+            todo.extend(g.get(m, ()))
+    return False
+
+
+def test_no_program_imports_its_own_module_back():
+    """`python -m esp.x` runs x as `__main__`: if what its main guard imports leads back to esp.x, the file is
+    imported a second time as esp.x, two copies of one module (the circle esp.offline had: its main guard ran
+    esp.offline_cli, which imports esp.models, which imports esp.offline)."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module(f) for f in files}
+    g = graph()
+    programs = {_module(f): _imports(f, modules, program=True) for f in files}
+    back = [m for m, run in programs.items() if reaches(g, run, m)]
+    assert not back, f"these modules' main guards import them back: {back}"
+    assert not reaches({"a": set(), "b": set()}, {"b"}, "a")
+    # The finder on the old esp/offline.py's shape: it sees the guard's import and the way back.
+    old = "from .errors import ESPError\nif __name__ == '__main__':\n    from esp.offline_cli import main\n    main()\n"
+    run = imports_in(old, "esp.offline", False, modules, program=True)
+    assert run == {"esp.offline_cli"} and reaches(g, run, "esp.offline")
 
 
 def test_modules_import_alone_in_the_order_that_used_to_close_the_circle():

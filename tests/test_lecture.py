@@ -24,8 +24,13 @@ def run():
     return read_trace_json(TRACE)
 
 
+def embedded(page: str, name: str):
+    """The JSON of the page's `esp-<name>` data element, as the page's script reads it."""
+    return json.loads(re.search(f'<script type="application/json" id="esp-{name}">(.*?)</script>', page, re.S).group(1))
+
+
 def _frames(page: str) -> list[dict]:
-    return json.loads(re.search(r"const FRAMES = (.*);\nconst LAST", page).group(1).replace("<\\/", "</"))
+    return embedded(page, "frames")
 
 
 def test_builds_every_step_with_no_external_reference(run):

@@ -27,3 +27,11 @@ def test_chunks_and_passes_merge_into_one_run():
     assert out["results"] == aggregate(full, ["ar", "x", "y"])
     assert out["meta"]["questions"] == 2 and list(out["meta"]["methods"]) == ["ar", "x", "y"]
     assert out["results"]["y"]["lossless"] is False and out["results"]["x"]["lossless"] is True
+
+
+def test_merged_meta_keeps_each_method_s_protocol():
+    recs = [_rec(1, "a", m, [1], 1, 1.0) for m in ("ar", "x", "y")]
+    runs = [{"meta": {"methods": {"ar": "ar", "x": "x"}, "protocols": {"ar": "cold", "x": "cold"}}, "records": recs[:2]},
+            {"meta": {"methods": {"ar": "ar", "y": "y"}, "protocols": {"ar": "hot", "y": "hot"}}, "records": recs[::2]}]
+    assert merge_bench.merge(runs)["meta"]["protocols"] == {"ar": "cold", "x": "cold", "y": "hot"}  # first ar wins
+    assert "protocols" not in merge_bench.merge([{"meta": {"methods": {"ar": "ar"}}, "records": recs[:1]}])["meta"]

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import ESPError
-from .paths import cache_root
+from ..errors import ESPError
+from ..paths import cache_root
 
 # package name -> its folder, or None when it is not installed; tests swap in fake locations
 Locator = Callable[[str], "Path | None"]
@@ -128,8 +128,3 @@ def join_parts(parts: list[Path], target: Path, size: int | None, sha256: str | 
         tmp.unlink(missing_ok=True)
     return target
 
-
-if __name__ == "__main__":  # python -m esp.offline NAME (what `make qwen` runs); the CLI lives beside
-    from esp.offline_cli import main
-
-    main()

@@ -1,0 +1,172 @@
+"""Text stays text (issue 21): markup that comes from a link, an opened trace or a prompt reaches every view
+as the characters it is (asserted on the handlers' outputs), and a lecture made from a crafted trace holds
+no executable injection."""
+from __future__ import annotations
+
+import copy
+import html
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+
+from components.common import md_text, plot_text
+from components.lecture import _PAGE, fill, lecture_html, script_json
+from components.settings import RunSettings
+from explorer import calls, lesson
+from explorer.session import Session
+from explorer.views import VIEWS
+
+ROOT = Path(__file__).resolve().parents[1]
+# What a crafted trace carries, field by field; none of it may reach the page as markup.
+SETTINGS = "<b>S</b> **bold** [click](http://evil.example) _it_"
+DEVICE = "<img src=x onerror=alert(1)>"
+TOKEN = "<b>tok</b>"
+KIND = "<i>k</i>"
+SPEC = "<form action=//evil>spec</form>"
+MARKERS = ("<b>S", "**bold**", "<img", "<b>tok", "<i>k", "<form")
+
+
+def read(markdown: str) -> str:
+    """What a visitor reads of one line of Markdown: backslash escapes resolved, entities decoded."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", markdown))
+
+
+def assert_text(markdown: str, *shown: str) -> None:
+    """`markdown` renders no crafted markup, and reads as the crafted characters (code spans, which the step
+    words put tokens in, are literal text in Markdown and are left out of the check)."""
+    markdown = re.sub(r"(?<!\\)`[^`]*`", "`code`", markdown)
+    assert not any(m in markdown for m in MARKERS), markdown
+    assert re.search(r"(?<!\\)\]\(", markdown) is None  # no link
+    assert "http://" not in markdown and "www." not in markdown  # no autolink either
+    for s in shown:
+        assert s in read(markdown), (s, markdown)
+
+
+def figure_strings(fig: go.Figure) -> list[str]:
+    out: list[str] = []
+
+    def walk(v) -> None:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(fig.to_plotly_json())
+    return out
+
+
+def crafted_trace(tmp_path: Path) -> str:
+    data = json.loads((ROOT / "assets" / "trace_copy.json").read_text())
+    data["meta"].update(settings=SETTINGS, device=DEVICE, spec=SPEC)
+    for step in data["steps"]:
+        step["nodes"][0]["text"] = TOKEN
+        if len(step["nodes"]) > 1:
+            step["nodes"][1]["text"] = TOKEN
+        step["emitted_text"] = [TOKEN] * len(step["emitted"])
+        step["row_kinds"] = [k if k == "root" else KIND for k in step["row_kinds"]]
+        step["row_labels"] = [f"{label} {KIND}" for label in step["row_labels"]]
+    path = tmp_path / "<b>crafted<b>.json"  # a file name holds no slash
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_the_helpers_escape_what_renders_and_keep_words_whole():
+    assert md_text("<b>x</b> & **y** `z` [a](b) a|b ~~s~~ $$x$$") == \
+        "&lt;b&gt;x&lt;/b&gt; &amp; \\*\\*y\\*\\* \\`z\\` \\[a\\](b) a\\|b \\~\\~s\\~\\~ \\$\\$x\\$\\$"
+    assert md_text("_it_ trace_copy.json line\nbreak") == "\\_it\\_ trace_copy.json line break"
+    assert md_text("see http://e.example, www.e.example or me@e.example") == \
+        "see http\\://e.example, www\\.e.example or me\\@e.example"
+    assert plot_text("<b>x</b> & y") == "&lt;b&gt;x&lt;/b&gt; &amp; y"
+
+
+def test_markup_in_a_link_shows_as_text():
+    query = {"trace": "<b>x</b>", "step": "<i>2</i>", "tab": "<form>[a](http://e.example)"}
+    out = lesson.open_link(Session(), SimpleNamespace(query_params=query))
+    assert out[0].startswith("⚠️ This link was partly wrong")
+    assert_text(out[0])
+    assert "<b>" not in out[0] and "<i>" not in out[0]
+    for shown in ("'<b>x</b>'", "'<i>2</i>'", "'<form>[a](http://e.example)'"):
+        assert shown in read(out[0])
+
+
+def test_markup_in_an_opened_trace_shows_as_text_in_every_view(tmp_path):
+    session = Session()
+    out = calls.open_trace(crafted_trace(tmp_path), session, 1)
+    status, views = out[0], dict(zip(VIEWS, out[2:-1]))
+    assert status.startswith("**Done**")
+    assert_text(status, SETTINGS, "recorded: <b>crafted<b>.json")
+    assert_text(views["words"], f"{KIND} row")
+    assert_text(views["cost_note"], f"this {DEVICE}")
+    assert {text for text, _ in views["text"]} == {TOKEN}  # HighlightedText shows its text as text (browser test)
+    focused = dict(zip(VIEWS, calls.show_step(session, 1, 1)[2:]))
+    assert_text(focused["focus_note"], f"Node 1 '{TOKEN}'")
+    for name in ("tree", "mask", "align", "hist", "timing", "cost"):
+        strings = figure_strings(views[name])
+        assert not any(m in s for s in strings for m in MARKERS), (name, [s for s in strings if "<" in s][:5])
+    tree = figure_strings(views["tree"])
+    assert any("&lt;b&gt;to" in s for s in tree) and any(plot_text(TOKEN) in s for s in tree)  # label, hover
+    assert any(plot_text(TOKEN) in s for s in figure_strings(views["mask"]))  # the row and column names
+    assert any(plot_text(DEVICE) in s for s in figure_strings(views["cost"]))
+    alt = session.steps[1]
+    assert_text(calls.whatif_table(session, session.steps[1], alt, RunSettings()), SPEC)
+
+
+def test_markup_in_settings_and_a_refused_request_shows_as_text():
+    note = calls.check_settings(2, 30, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 64, "efficient", "<b>m</b>")
+    assert note.startswith("⚠️") and "<b>" not in note and "'<b>m</b>'" in read(note)
+    refused = list(calls.compare("hi", model="<b>m</b>[x](http://e.example)"))[0][0]
+    assert refused.startswith("⚠️") and "<b>" not in refused and "'<b>m</b>[x](http://e.example)'" in read(refused)
+
+
+# ---------------------------------------------------------------- the lecture
+
+SCRIPT = "</script><script>window.pwned=1</script>"
+PROMPT = "{{frames}} {{plotly}} {{title}} <script>window.pwned=2</script>\u2028<!--"
+
+
+def crafted_run() -> tuple[dict, list]:
+    session = Session()
+    calls.open_shipped("trace_copy", session)
+    meta = {**session.meta, "prompt": PROMPT, "model": "<img src=x onerror=window.pwned=3>"}
+    steps = [copy.deepcopy(s) for s in session.steps]
+    for s in steps:
+        s.emitted_text = [SCRIPT] * len(s.emitted)
+        s.nodes[0].text = SCRIPT
+    return meta, steps
+
+
+def test_a_lecture_from_a_crafted_trace_holds_no_injection():
+    meta, steps = crafted_run()
+    page = lecture_html(steps, meta, {"tree (step 1)": go.Figure(layout={"title": {"text": SCRIPT}})})
+    assert page.count("<script") == _PAGE.count("<script") and page.count("</script") == _PAGE.count("</script")
+    assert "<script>window.pwned" not in page and "<img" not in page
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, re.S)
+    assert not any("\u2028" in body or "<!--" in body for body in scripts)  # a JS line end, an HTML comment
+    # The prompt's placeholders stay as written, once, in the prompt line; each template slot was filled once.
+    assert page.count("{{frames}} {{plotly}} {{title}}") == 1
+    assert "<p><b>Prompt:</b> {{frames}} {{plotly}} {{title}} &lt;script&gt;" in page
+    frames = json.loads(re.search(r'id="esp-frames">(.*?)</script>', page, re.S).group(1))
+    # The text so far (steps 0-1), each token as text escaped for innerHTML.
+    assert frames[1]["text"].count(html.escape(SCRIPT)) == sum(len(s.emitted) for s in steps[:2])
+    figures = json.loads(re.search(r'id="esp-figures">(.*?)</script>', page, re.S).group(1))
+    assert figures[0]["figure"]["layout"]["title"]["text"] == SCRIPT  # data round-trips unchanged
+
+
+def test_script_json_and_one_pass_fill():
+    assert script_json({"a": "</script>&\u2028"}) == '{"a": "\\u003c/script\\u003e\\u0026\\u2028"}'
+    assert json.loads(script_json({"a": "</script>&\u2028"})) == {"a": "</script>&\u2028"}
+    assert fill("{{a}}|{{b}}", {"a": "{{b}}", "b": "x"}) == "{{b}}|x"
+
+
+def test_every_step_of_a_crafted_trace_renders(tmp_path):
+    """The crafted trace re-renders at every step, a node in focus, with every view (escaping breaks none)."""
+    session = Session()
+    calls.open_trace(crafted_trace(tmp_path), session)
+    for i in range(len(session.steps)):
+        assert calls.show_step(session, i, 1)[0].startswith("**Done**")
