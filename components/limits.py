@@ -1,8 +1,11 @@
-"""What the server lets a browser ask for: which models, how long a prompt, how many new tokens.
+"""What the server lets a browser ask for (which models, how long a prompt, how many new tokens) and how it
+shares its one model among visitors (queue, sessions, Compare's tokens, concurrency per kind of event).
 
 Set by environment variables, read once at start: ESP_APP_MODELS (comma-separated names: 'embedded', Hub
-ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_THREADS. The CLI and the benchmark do not go
-through these limits: they load any id or folder they are given.
+ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_MAX_COMPARE_TOKENS,
+ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_THREADS. docs/SECURITY.md lists
+every cap and where it is enforced. The CLI and the benchmark do not go through these limits: they load
+any id or folder they are given.
 """
 from __future__ import annotations
 
@@ -35,6 +38,19 @@ class Limits:
     models: tuple[str, ...] = (EMBEDDED,)
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 512
+    # Compare decodes the prompt once per registered method: methods x max new tokens, at most this.
+    max_compare_tokens: int = 1024
+    # Requests waiting in the queue at once (every queued event counts); more get Gradio's "busy" answer.
+    queue_size: int = 16
+    # Browser sessions whose state the server keeps (Gradio's state_session_capacity; the oldest go first).
+    max_sessions: int = 256
+    # Sessions holding a run's steps (the heavy part: up to max_new_tokens + 1 steps of <= 120 x 121 mask
+    # cells each); beyond this the least recently used one's steps are let go (explorer.session).
+    held_runs: int = 32
+    # Events re-rendering stored steps (scrub, play, focus, tour, open a trace) at once; exports at once.
+    # The model's events run one at a time (concurrency_id "model").
+    render_concurrency: int = 2
+    export_concurrency: int = 1
     # torch CPU threads for decoding. One core is left to the web server (and, on a laptop, the browser):
     # with every core in torch's pool, a busy 2-core machine made steps 5x slower (pool threads spin-wait
     # for a core) and Stop, which acts at step boundaries, took seconds.
@@ -49,8 +65,10 @@ class Limits:
         if not listed:
             on_space = bool(env.get("SPACE_ID"))
             listed = [EMBEDDED, *offline_models()] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
-        return cls(tuple(dict.fromkeys(listed)), _int(env, "ESP_APP_MAX_PROMPT_TOKENS", cls.max_prompt_tokens),
-                   _int(env, "ESP_APP_MAX_NEW_TOKENS", cls.max_new_tokens), _int(env, "ESP_APP_THREADS", cls.threads))
+        numbers = {name: _int(env, f"ESP_APP_{name.upper()}", getattr(cls, name))
+                   for name in ("max_prompt_tokens", "max_new_tokens", "max_compare_tokens", "queue_size",
+                                "max_sessions", "held_runs", "threads")}
+        return cls(tuple(dict.fromkeys(listed)), **numbers)
 
     def check_model(self, name: str | None) -> str:
         """The model name if this server offers it; otherwise one refusing sentence (nothing is loaded)."""
@@ -59,9 +77,22 @@ class Limits:
             raise ESPError(f"This server does not offer the model {name!r}: choose one of {', '.join(self.models)}.")
         return name
 
+    @property
+    def max_prompt_chars(self) -> int:
+        """Characters a typed prompt may have, checked before it is tokenized (tokenizing megabytes costs
+        seconds): 16 per allowed token, far more than any prompt within the token cap needs."""
+        return 16 * self.max_prompt_tokens
+
     def check_new_tokens(self, n: int) -> None:
         if n > self.max_new_tokens:
             raise ESPError(f"This server generates at most {self.max_new_tokens} new tokens per run, not {n}.")
+
+    def check_compare(self, n_methods: int, new_tokens: int) -> None:
+        """Compare's total tokens (one run per method) within max_compare_tokens."""
+        if n_methods * new_tokens > self.max_compare_tokens:
+            each = self.max_compare_tokens // n_methods
+            raise ESPError(f"Compare decodes {n_methods} methods, at most {self.max_compare_tokens} tokens in all on "
+                           f"this server: set max new tokens to {each} or less (not {new_tokens}).")
 
     def check_prompt(self, n_tokens: int) -> None:
         if n_tokens > self.max_prompt_tokens:

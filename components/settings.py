@@ -57,6 +57,12 @@ class RunSettings:
             raise ESPError(f"max new tokens must be at least 1, not {self.max_new_tokens}.")
         if self.layouts not in LAYOUTS:
             raise ESPError(f"mask construction must be 'efficient' or 'naive', not {self.layouts!r}.")
+        # spec() joins these into the method spec for every method: only the controls' choices, so that
+        # no text can add a setting the page does not offer ("mean:top=100000").
+        if self.init not in INITS:
+            raise ESPError(f"mask init must be one of {', '.join(INITS)}, not {self.init!r}.")
+        if self.tree not in TREES:
+            raise ESPError(f"tree must be one of {', '.join(TREES)}, not {self.tree!r}.")
         knob_reasons(self.method)  # an unknown method is refused with the list of known ones
         if self.method == "esp":
             self.esp_config()  # the engine's sentence for impossible k / BC / lambda

@@ -6,5 +6,6 @@
 - `emulation`: ZeroGPU's forked, pickling worker, rebuilt for the CPU tests (ESP_EMULATE_ZEROGPU=1);
 - `worker`: the functions that run inside a GPU call (plain data in, plain data out);
 - `views`: a stored step's figures and status line (main process only);
+- `requests`: every value a request may carry (kind, bounds, choices) and the check each handler runs first;
 - `calls`: the event handlers: validate, call the GPU, rebuild the session, render.
 """

@@ -22,7 +22,6 @@ from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
 from components.export import read_trace_json, write_trace_json
 from components.lecture import write_lecture
-from components.limits import Limits
 from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
@@ -36,14 +35,14 @@ from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
 from . import emulation, gpu
+from .requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from .session import Session
-from .views import FAST_VIEWS, VIEWS, refusal, refuse, render, status
+from .views import FAST_VIEWS, VIEWS, refusal, render, status
 from .worker import decode_once, rerun_step, run_steps
 
 log = logging.getLogger("esp.app")
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
-LIMITS = Limits.from_env()
 # Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
 TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json",
@@ -102,18 +101,32 @@ def whole(value, default: int | None = None) -> int | None:
         return default
 
 
-def show_step(session: Session | None, i: float | None, focus: float | None = None) -> tuple:
+def stored_step(session: Session | None, i: int | None, to: str = "show") -> int:
+    """Step index i (None: the first) of the session's stored run; ESPError when there is none or no such
+    step (`to`: what the visitor wanted to do with it)."""
+    if session is None or not session.steps:
+        raise ESPError((session and session.gone) or f"Nothing to {to} yet: press Run first.")
+    last = len(session.steps) - 1
+    if not 0 <= (i or 0) <= last:
+        raise ESPError(f"This run has steps 0-{last}, not {i}.")
+    return i or 0
+
+
+@guard("show_step", 2 + len(VIEWS), i=STEP, focus=FOCUS)
+def show_step(session: Session | None, i: int | None, focus: int | None = None) -> tuple:
     """Re-render a stored step (the scrubber), with node `focus` of it outlined in every view if given;
     needs no model. Outputs: status, scrubber, *VIEWS."""
-    if session is None or not session.steps:
-        return refusal("Nothing to show yet: press Run first.", 2 + len(VIEWS), "show_step")
-    i = min(max(whole(i, 0), 0), len(session.steps) - 1)
-    return (status(session, i), gr.update(value=i), *render(session, i, focus=whole(focus)))
+    i = stored_step(session, i)
+    session.hold()
+    return (status(session, i), gr.update(value=i), *render(session, i, focus=focus))
 
 
 def step_by(delta: int):
-    def move(session: Session | None, i: float) -> tuple:
-        return show_step(session, (i or 0) + delta)
+    """The ◀ / ▶ buttons: the step before or after i, staying within the run."""
+    @guard("show_step", 2 + len(VIEWS), i=STEP)
+    def move(session: Session | None, i: int | None) -> tuple:
+        last = len(session.steps) - 1 if session is not None and session.steps else 0
+        return show_step(session, min(max((i or 0) + delta, 0), last))
     return move
 
 
@@ -151,28 +164,29 @@ def open_trace(file: str | None, session: Session | None = None, step: int | Non
     except Exception:  # noqa: BLE001 - a trace the schema let through but a view cannot draw is a bug here
         log.exception("a checked trace failed to render")
         return refusal("This trace could not be drawn: open a JSON file written by Export.", outputs, "open_trace")
-    session.steps, session.clocks, session.meta = steps, [], meta
+    session.load(steps, meta)
     return (*shown[:-1], session)
 
 
+# A shipped trace is named by its label (the page's list) or its file stem (a link, the tour).
+SHIPPED_NAME = Choice("recorded trace", (*TRACES, *SHIPPED), unknown="No recorded trace called {value}.")
+
+
+@guard("open_trace", 3 + len(VIEWS), name=SHIPPED_NAME)
 def open_shipped(name: str, session: Session | None = None, step: int | None = None) -> tuple:
     """Open one of the recorded traces shipped in assets/, by its label in TRACES or its file stem."""
-    path = TRACES.get(name) or SHIPPED.get(name)
-    if path is None:
-        return refusal(f"No recorded trace called {name!r}.", 3 + len(VIEWS), "open_trace")
+    path = TRACES.get(name) or SHIPPED[name]
     out = open_trace(str(path), session, step)
     if isinstance(out[-1], Session):
         out[-1].meta["shipped"] = path.stem  # its name in a link
     return out
 
 
-def export(session: Session | None, i: float) -> list[str]:
+@guard("export", None, i=STEP)
+def export(session: Session | None, i: int | None) -> list[str]:
     """The run's trace as JSON, and one lecture file: a standalone HTML player of every step with the shown
     step's figures below it (components/lecture.py; one packed copy of Plotly.js keeps it small)."""
-    if session is None or not session.steps:
-        refuse("Nothing to export yet: press Run first.", "export")
-        return gr.skip()
-    i = min(max(int(i or 0), 0), len(session.steps) - 1)
+    i = stored_step(session, i, "export")
     folder = session.export_dir()
     views = dict(zip(VIEWS, render(session, i)))
     figures = {f"{name} (step {i})": views[name] for name in ("tree", "mask", "align", "hist", "timing")}
@@ -189,9 +203,8 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
                    method="esp") -> str:
     """Live hint under the controls: what the settings mean, or why the engine would refuse them."""
     try:
-        s = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
-                        top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
-        LIMITS.check_new_tokens(s.max_new_tokens)
+        s = run_settings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
+                         top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
     except ESPError as e:
         return f"⚠️ {md_text(e)}"
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
@@ -201,7 +214,7 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
 def knob_updates(method: str) -> list[dict]:
     """Enable the drafting knobs `method` takes; grey out the others with a one-line reason."""
     try:
-        reasons = knob_reasons(method)
+        reasons = knob_reasons(METHOD.parse(method))
     except ESPError:
         return [gr.skip() for _ in KNOBS]
     return [gr.update(interactive=reasons[k] is None, info=reasons[k] or KNOB_INFO[k]) for k in KNOBS]
@@ -209,13 +222,12 @@ def knob_updates(method: str) -> list[dict]:
 
 # ---------------------------------------------------------------- model calls
 
-def prepare(prompt: str, model: str, **knobs) -> tuple[RunSettings, str, LM, list[int]]:
-    """Check everything the user sent (settings, server limits, model, prompt) before any GPU call; a
-    refusal raises ESPError with one sentence and loads nothing it need not."""
+def prepare(prompt: str, name: str, **knobs) -> tuple[RunSettings, str, LM, list[int]]:
+    """The engine's and the server's checks of a request whose values `guard` parsed (settings that
+    cannot go together, the prompt's length in tokens), before any GPU call; a refusal raises ESPError
+    with one sentence and loads nothing it need not."""
     settings = RunSettings(**knobs)
-    LIMITS.check_new_tokens(settings.max_new_tokens)
-    name = LIMITS.check_model(model)
-    if not (prompt or "").strip():
+    if not prompt.strip():
         raise ESPError("The prompt is empty: type some text or pick an example first.")
     lm = load_model(name)
     ids = lm.chat_ids(prompt)
@@ -231,6 +243,11 @@ def _failure(e: Exception) -> str:
     return getattr(e, "message", None) or f"{type(e).__name__}: {e}"
 
 
+RUN_FIELDS = {"prompt": PROMPT, "model": MODEL, **SETTINGS}
+COMPARE_FIELDS = {name: field for name, field in RUN_FIELDS.items() if name != "method"}
+
+
+@guard("generate", 3 + len(VIEWS), **RUN_FIELDS)
 def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
              init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
              top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
@@ -301,6 +318,7 @@ def request_stop(session: Session | None) -> None:
         session.request_stop()
 
 
+@guard("whatif", 3, step=STEP, **{n: f for n, f in RUN_FIELDS.items() if n != "prompt"})
 def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
            init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
            top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
@@ -311,7 +329,7 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
     try:
         if session is None or not session.steps:
             raise ESPError("Nothing to re-run yet: press Run (or open a trace) first.")
-        i = int(step or 0)
+        i = step or 0
         settings = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, method=method)
         meta = session.meta
         if meta.get("model_name") is None or "prompt_ids" not in meta:
@@ -378,6 +396,7 @@ def _compare_plans(settings: RunSettings) -> list[tuple[str, str, dict | None]]:
     return sorted(plans, key=lambda p: p[1] != "ar")
 
 
+@guard("compare", 3, **COMPARE_FIELDS)
 def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
             init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
@@ -385,6 +404,7 @@ def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: 
     """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
     chart) as each finishes. The last column is each method's verdict against ar (esp.verdict)."""
     try:
+        LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
                                           max_new_tokens=max_new_tokens, layouts=layouts)

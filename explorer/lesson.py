@@ -3,7 +3,6 @@ from an opened trace's own settings, Play / Pause, and the guided tour. None of 
 from __future__ import annotations
 
 import logging
-import math
 
 import gradio as gr
 
@@ -13,7 +12,8 @@ from components.tour import load_tour
 from esp import methods
 from esp.errors import ESPError
 
-from .calls import LIMITS, SHIPPED, TRACES, open_shipped, show_step, whole
+from .calls import SHIPPED, TRACES, open_shipped, show_step, whole
+from .requests import LIMITS, SPEED as SPEED_FIELD, STEP, Text, guard
 from .session import Session
 from .views import VIEWS, refusal
 
@@ -23,8 +23,11 @@ TABS = ("run", "whatif", "open", "size", "compare", "export")
 # The tab holding a view a tour stop may name; every other view is on the Run tab.
 VIEW_TABS = {"whatif-tab": "whatif", "open-tab": "open", "size-plot": "size"}
 FIRST = next(iter(TRACES.values())).stem  # what the page opens when its link names no trace
-SPEED = 2.0  # steps per second, by default
-SPEEDS = (0.25, 10.0)  # slowest and fastest playback
+SPEED = SPEED_FIELD.default  # steps per second, by default
+SPEEDS = (SPEED_FIELD.low, SPEED_FIELD.high)  # slowest and fastest playback
+# What a click on the tree sends ("node:time", from the page's script); the node is then checked as a focus.
+CLICK = Text("node click", 40)
+SHOWN = 2 + len(VIEWS)  # outputs of a re-rendered step: status, scrubber, *VIEWS
 PLAY, PAUSE = "▶ Play", "⏸ Pause"
 TOUR = load_tour()
 # The controls a trace's settings fill in, in the order of trace_controls' outputs (after the trace name).
@@ -84,55 +87,54 @@ def trace_controls(session: Session | None) -> tuple:
     return (meta.get("shipped", ""), *(gr.skip() if values.get(c) is None else values[c] for c in CONTROLS))
 
 
-def clicked(session: Session | None, i: float, click: str | None) -> tuple:
+@guard("focus", SHOWN, i=STEP, click=CLICK)
+def clicked(session: Session | None, i: int | None, click: str) -> tuple:
     """A click on the tree ("node:time", from the page's script): the step re-rendered with that node in
     focus, as if chosen in the Focus box. Outputs: status, scrubber, *VIEWS."""
-    return show_step(session, i, whole(str(click or "").partition(":")[0]))
+    node = click.partition(":")[0].strip()
+    return show_step(session, i, int(node) if node.isdecimal() else None)
 
 
 # ---------------------------------------------------------------- playback
 
-def period(speed: float | None) -> float:
-    """Seconds between steps at `speed` steps per second (clamped to SPEEDS; the default if unreadable)."""
-    try:
-        value = float(speed)
-    except (TypeError, ValueError):
-        value = SPEED
-    if math.isnan(value):
-        value = SPEED
-    return 1.0 / min(max(value, SPEEDS[0]), SPEEDS[1])
+def period(speed: float) -> float:
+    """Seconds between steps at `speed` steps per second (a checked SPEED_FIELD value)."""
+    return 1.0 / speed
 
 
 def _stopped() -> tuple:
     return False, gr.Timer(active=False), gr.Button(value=PLAY)
 
 
-def play(playing: bool, speed: float, session: Session | None, i: float) -> tuple:
+@guard("play", 3 + SHOWN, status_at=3, speed=SPEED_FIELD, i=STEP)
+def play(playing: bool, speed: float, session: Session | None, i: int | None) -> tuple:
     """Play / Pause. Play from the last step starts again at step 0. Outputs: (playing, timer, button,
     status, scrubber, *VIEWS)."""
-    skip = tuple(gr.skip() for _ in range(2 + len(VIEWS)))
+    skip = tuple(gr.skip() for _ in range(SHOWN))
     if playing:
         return (*_stopped(), *skip)
     if session is None or not session.steps:
         return (*_stopped(), *refusal("Nothing to play yet: run a prompt or open a trace first.",
-                                      2 + len(VIEWS), "play"))
-    at_end = whole(i, 0) >= len(session.steps) - 1
+                                      SHOWN, "play"))
+    at_end = (i or 0) >= len(session.steps) - 1
     return (True, gr.Timer(value=period(speed), active=True), gr.Button(value=PAUSE),
             *(show_step(session, 0) if at_end else skip))
 
 
-def tick(session: Session | None, i: float) -> tuple:
+@guard("play", 3 + SHOWN, i=STEP)
+def tick(session: Session | None, i: int | None) -> tuple:
     """One playback step: the next stored step; at the last one playback stops and the button resets.
     Outputs: (status, scrubber, *VIEWS, playing, timer, button)."""
     if session is None or not session.steps:
-        return (*(gr.skip() for _ in range(2 + len(VIEWS))), *_stopped())
-    nxt = whole(i, 0) + 1
+        return (*(gr.skip() for _ in range(SHOWN)), *_stopped())
+    nxt = min((i or 0) + 1, len(session.steps) - 1)
     shown = show_step(session, nxt)
     if nxt >= len(session.steps) - 1:
         return (*shown, *_stopped())
     return (*shown, gr.skip(), gr.skip(), gr.skip())
 
 
+@guard("speed", None, speed=SPEED_FIELD)
 def set_speed(speed: float) -> gr.Timer:
     """A new speed takes effect at once (while paused too: the next Play uses it)."""
     return gr.Timer(value=period(speed))

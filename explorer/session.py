@@ -1,15 +1,20 @@
-"""One browser session's run, and the stop token that reaches a run in another process."""
+"""One browser session's run, the stop token that reaches a run in another process, and the bound on how
+many sessions hold a run at once."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.limits import Limits
 from esp.trace import StepTrace
 
 STOP_DIR = Path(tempfile.gettempdir()) / "esp-explorer-stop"
@@ -50,12 +55,27 @@ class Session:
     token: StopToken | None = None
     clocks: list[float] = field(default_factory=list)  # time.monotonic() when each step finished
     stopped_at: float | None = None  # time.monotonic() when Stop was pressed
+    gone: str | None = None  # why this session's run was let go (HELD bounds how many runs are kept)
 
     def start(self, meta: dict[str, Any]) -> StopToken:
         """Forget the last run and begin a new one; returns its stop token."""
-        self.steps, self.clocks, self.meta, self.stopped_at = [], [], meta, None
+        self.steps, self.clocks, self.meta, self.stopped_at, self.gone = [], [], meta, None, None
         self.running, self.token = True, StopToken.new()
+        HELD.hold(self)
         return self.token
+
+    def load(self, steps: list[StepTrace], meta: dict[str, Any]) -> None:
+        """Keep an opened trace as this session's run (no clocks: it was recorded elsewhere)."""
+        self.steps, self.clocks, self.meta, self.gone = steps, [], meta, None
+        HELD.hold(self)
+
+    def hold(self) -> None:
+        """This session's run was just used: keep it among the HELD runs, as the most recent."""
+        HELD.hold(self)
+
+    def let_go(self, why: str) -> None:
+        """Drop the stored run (not a running one), saying why on the next request that needs it."""
+        self.steps, self.clocks, self.meta, self.gone = [], [], {}, why
 
     def finish(self) -> None:
         """The run is over, whatever ended it (done, stopped, the worker killed or raising)."""
@@ -83,6 +103,38 @@ class Session:
         if self.folder is None:
             self.folder = tempfile.mkdtemp(prefix="esp-explorer-")
         return Path(self.folder)
+
+
+class HeldRuns:
+    """The sessions holding a run's steps, least recently used first; beyond `limit`, the oldest one not
+    running lets its run go. This bounds the server's memory however many sessions are open, since a
+    session without a run is small (Gradio bounds their number: launch(state_session_capacity))."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._held: OrderedDict[int, weakref.ref] = OrderedDict()  # id(session) -> session
+        self._lock = threading.Lock()
+
+    def hold(self, session: Session) -> None:
+        with self._lock:
+            self._held[id(session)] = weakref.ref(session)
+            self._held.move_to_end(id(session))
+            for key, ref in list(self._held.items()):
+                if len(self._held) <= self.limit:
+                    break
+                old = ref()
+                if old is None or not old.steps:
+                    del self._held[key]
+                elif not old.running and old is not session:
+                    del self._held[key]
+                    old.let_go(f"This page's run was let go to make room for other visitors (the server keeps "
+                               f"the {self.limit} most recently used): run it again or open a trace.")
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+HELD = HeldRuns(Limits.held_runs)  # explorer.requests sets the server's own cap (LIMITS.held_runs)
 
 
 def free_session(session: Session | None) -> None:

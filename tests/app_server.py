@@ -44,9 +44,8 @@ def serve(mode: str | None = None) -> Iterator[str]:
     threads = torch.get_num_threads()
     app.configure_engine()  # as `python app.py` does
     with gpu_mode(mode):
-        demo = app.build_app()
-        demo.queue(max_size=app.QUEUE_SIZE).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
-                                                   **app.launch_options())
+        demo = app.queued(app.build_app())
+        demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.launch_options())
         try:
             yield demo.local_url
         finally:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib.util
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,6 +28,11 @@ def script_module(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def plain(line: str) -> str:
+    """A status line as the visitor reads it: components.common.md_text's escapes undone."""
+    return html.unescape(re.sub(r"\\(.)", r"\1", line))
 
 
 def tree_state(root: Path = ROOT) -> dict[str, tuple[str, str]] | None:

@@ -428,6 +428,10 @@ def test_server_limits_from_the_environment():
         lim.check_model("Qwen/Qwen3-0.6B")
     with pytest.raises(ESPError, match="at most 32 new tokens"):
         lim.check_new_tokens(33)
+    with pytest.raises(ESPError, match="Compare decodes 7 methods, at most 1024 tokens in all on this server: "
+                                       "set max new tokens to 146 or less"):
+        lim.check_compare(7, 147)
+    lim.check_compare(7, 146)
     with pytest.raises(ESPError, match="ESP_APP_THREADS must be a whole number"):
         Limits.from_env({"ESP_APP_THREADS": "many"})
     space = Limits.from_env({"SPACE_ID": "me/esp"})
