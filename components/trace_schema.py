@@ -25,7 +25,7 @@ from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, SOURCES, StepTrace
 
 from .limits import Limits
 
-# Caps that do not depend on the server's limits (docs/SECURITY_traces.md lists them all).
+# Caps that do not depend on the server's limits (docs/SECURITY.md lists them all).
 MAX_TRACE_BYTES = 10 * 2**20  # what the app's Export writes for a 512-token run at BC=30 is ~3 MB
 MAX_DEPTH = 8  # a trace nests 6 deep (steps > step > alignment > record > cos)
 MAX_NODES = 512  # per step (the page's BC goes to 120; pruned candidates add nodes that are not rows)
