@@ -61,9 +61,9 @@ def figure_strings(fig: go.Figure) -> list[str]:
     return out
 
 
-def crafted_trace(tmp_path: Path) -> str:
+def crafted_trace(tmp_path: Path, **meta) -> str:
     data = json.loads((ROOT / "assets" / "trace_copy.json").read_text())
-    data["meta"].update(settings=SETTINGS, device=DEVICE, spec=SPEC)
+    data["meta"].update(settings=SETTINGS, device=DEVICE, **meta)
     for step in data["steps"]:
         step["nodes"][0]["text"] = TOKEN
         if len(step["nodes"]) > 1:
@@ -113,8 +113,16 @@ def test_markup_in_an_opened_trace_shows_as_text_in_every_view(tmp_path):
     assert any("&lt;b&gt;to" in s for s in tree) and any(plot_text(TOKEN) in s for s in tree)  # label, hover
     assert any(plot_text(TOKEN) in s for s in figure_strings(views["mask"]))  # the row and column names
     assert any(plot_text(DEVICE) in s for s in figure_strings(views["cost"]))
+    session.meta["spec"] = SPEC  # no opened trace carries one (below), but the table escapes what it is given
     alt = session.steps[1]
     assert_text(calls.whatif_table(session, session.steps[1], alt, RunSettings()), SPEC)
+
+
+def test_a_trace_whose_spec_is_markup_is_refused_with_the_markup_as_text(tmp_path):
+    session = Session()
+    refused = calls.open_trace(crafted_trace(tmp_path, spec=SPEC), session)[0]
+    assert refused.startswith("⚠️ This is not an ESP Explorer trace") and "<form" not in refused
+    assert SPEC in read(refused) and not session.steps
 
 
 def test_markup_in_settings_and_a_refused_request_shows_as_text():
