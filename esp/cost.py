@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .paths import cache_root
@@ -85,17 +86,17 @@ class CostCurve:
         i, w = self._segment(rows)
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
 
-    def table(self, upto: int) -> torch.Tensor:
-        """t(r) for r = 0..upto as one tensor (index 0 unused), for vectorised width choices: `predict`
+    def table(self, upto: int) -> np.ndarray:
+        """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
         for every r at once (it is read every step, and the curve moves every step)."""
-        r = torch.arange(upto + 1, dtype=torch.float64)
-        q, t = torch.tensor(self.q, dtype=torch.float64), torch.tensor(self.t, dtype=torch.float64)
+        r = np.arange(upto + 1, dtype=np.float64)
+        q, t = np.asarray(self.q, dtype=np.float64), np.asarray(self.t, dtype=np.float64)
         if len(q) == 1:
             out = t[0] * r / q[0]
         else:
-            i = (torch.searchsorted(q, r) - 1).clamp(0, len(q) - 2)  # the segment r falls in, or the end one
+            i = np.clip(np.searchsorted(q, r) - 1, 0, len(q) - 2)  # the segment r falls in, or the end one
             w = (r - q[i]) / (q[i + 1] - q[i])
-            out = (t[i] + w * (t[i + 1] - t[i])).clamp(min=1e-9)
+            out = np.maximum(t[i] + w * (t[i + 1] - t[i]), 1e-9)
         out[0] = 0.0
         return out
 

@@ -110,11 +110,18 @@ class MaskEmbedding:
     def embeds(self, dtype: torch.dtype) -> torch.Tensor:
         return self.m.to(dtype)
 
+    def summary(self) -> torch.Tensor:
+        """m's mean norm and mean cosine to its start, on the device (for a caller that reads it together
+        with other values)."""
+        return torch.stack([self.m.norm(dim=-1).mean(), torch.cosine_similarity(self.m, self.m0, dim=-1).mean()])
+
+    @staticmethod
+    def named(summary: list[float]) -> dict[str, float]:
+        """What the trace shows of m, from `summary()`'s two values: its norm and how far it has turned."""
+        return {"norm": summary[0], "cos_init": summary[1]}
+
     def state(self) -> dict[str, float]:
-        """What the trace shows of m: its norm and how far it has turned from its start."""
-        norm, cos = torch.stack([self.m.norm(dim=-1).mean(),
-                                 torch.cosine_similarity(self.m, self.m0, dim=-1).mean()]).tolist()  # one read
-        return {"norm": norm, "cos_init": cos}
+        return self.named(self.summary().tolist())  # one read
 
 
 class ESPDrafter(Drafter):

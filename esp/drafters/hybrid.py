@@ -35,11 +35,13 @@ import heapq
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..budget import Backoff, Choice, best_rate, choose
 from ..calibrate import Calibrator, bucket
 from ..cost import CostCurve, curve_for, refresh
+from ..device import read_all
 from ..errors import ESPError
 from ..prior import Prior, prior_for
 from ..sampling import draw, top_k
@@ -189,7 +191,7 @@ class HybridDrafter(Drafter):
         self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
         tree, self.cands = self._grow(ctx)
         self.gain = gain = self.reliability[0] / self.reliability[1]
-        p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
+        p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, tree.parents[1:], j, self._mask_value(j), self.cap, cost, margin=PLAIN_MARGIN)
@@ -216,7 +218,7 @@ class HybridDrafter(Drafter):
         tree = DraftTree([root], [-1], [1.0], [1.0], sources=[()], p=[1.0])
         paths: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         if LOOKUP in self.sources:
-            for n, cont in continuations(torch.tensor(self.history + ctx.tokens), self.match, self.draft, 4):
+            for n, cont in continuations(self.history + ctx.tokens, self.match, self.draft, 4):
                 for d, tok in enumerate(cont):
                     paths.setdefault(tuple(cont[:d]), []).append((tok, n))
         cands: dict[int, list[Candidate]] = {}
@@ -300,12 +302,38 @@ class HybridDrafter(Drafter):
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         tree, s, lm = res.proposal.tree, ctx.sampling, ctx.lm
         logits = res.node_logits
-        top = self._top(logits, s) if TABLE in self.sources else None
+        # Everything the step's learning needs from the device is read back at once (one sync): the
+        # target's top tokens and probabilities after every fed node, ESP's candidates from the masks at
+        # the end of the accepted path, and the mask state for the trace.
+        parts = []
+        if TABLE in self.sources:
+            parts += self._top(logits, s)
+        elif s.greedy:
+            parts.append(logits.argmax(-1))
+        mask_rows = res.layout.mask_rows(res.path[-1]) if self.mask else []
+        if mask_rows:
+            dists = torch.softmax(res.logits(mask_rows, lm), dim=-1)  # from the step's one head call (head_all)
+            # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
+            esp_p, esp_t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
+            parts += [esp_t, esp_p]
+        if self.mask:
+            self.mask.update(lm, res.emitted)
+            parts.append(self.mask.summary())
+        got = read_all(parts)
+        rows_of = lambda flat, width: [flat[i : i + width] for i in range(0, len(flat), width)]
+        if TABLE in self.sources:
+            width = min(self.top, logits.shape[-1])
+            top_t, top_p = rows_of([int(x) for x in got[0]], width), rows_of(got[1], width)
+            got = got[2:]
+        else:
+            top_t = None
+            if s.greedy:
+                top_t, got = [[int(x)] for x in got[0]], got[1:]
         if not s.greedy:
             depths = tree.depths
             targets = [draw(logits[v], res.root_pos + depths[v] + 1, s) for v in range(len(tree))]
         else:  # a row's top token is its argmax (up to exact ties, which only blur a label)
-            targets = top[0][:, 0].tolist() if top is not None else logits.argmax(-1).tolist()
+            targets = [row[0] for row in top_t]
         # Free labels: the target's choice after every fed node labels every candidate child of that node,
         # fed or not. Children of rejected nodes count too: they rank candidates better (measured: tau 2.05
         # against 1.78 at bc=60 on six development questions), though they make P a little optimistic
@@ -331,8 +359,8 @@ class HybridDrafter(Drafter):
             # (what locked `hybrid:bc=auto:sources=esp` out for whole runs; docs/BENCHMARKS.md).
             self.reliability[0] += best[0].token == targets[0]
             self.reliability[1] += best[0].cond
-        if top is not None:
-            self._harvest(ctx, res, *top)
+        if TABLE in self.sources:
+            self._harvest(ctx, res, top_t, top_p)
         if self.esp_top is not None and tree.sources:
             # What ESP added: without its first ESP-only node on the accepted path, the path would have
             # stopped there (that token becoming the bonus), so every token accepted from it on is owed to
@@ -345,27 +373,25 @@ class HybridDrafter(Drafter):
         notes = Notes()
         self.esp_top = None
         if self.mask:
-            rows = res.layout.mask_rows(res.path[-1])
-            self.since_esp = 0 if rows else self.since_esp + 1
-            if rows:
-                dists = torch.softmax(res.logits(rows, lm), dim=-1)  # from the step's one head call (head_all)
-                # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
-                p, t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
-                keep = [ESP_FIRST] + [self.top] * (len(rows) - 1)
-                self.esp_top = [[(tok, bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
-                                for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
-            self.mask.update(lm, res.emitted)
-            notes.ema = self.mask.state()
+            self.since_esp = 0 if mask_rows else self.since_esp + 1
+            if mask_rows:
+                width = min(ESP_FIRST, logits.shape[-1])
+                keep = [ESP_FIRST] + [self.top] * (len(mask_rows) - 1)
+                self.esp_top = [[(int(tok), bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
+                                for tt, pp, n in zip(rows_of(got[0], width), rows_of(got[1], width), keep)]
+                got = got[2:]
+            notes.ema = MaskEmbedding.named(got[0])
         c, rows, guard = self.choice, res.layout.size, self.backoff
         mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
         if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
             if guard is not None:
                 secs = self.step_seconds(res)  # until a plain step is timed, the curve's shape says what one costs
                 guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
-            self.curve.observe(rows, res.forward_s)
+        for r, secs in res.timed:  # forwards timed by now (prefills never are)
+            self.curve.observe(r, secs)
         notes.cost = {"budget": self.bc, "rows": rows, "cap": self.cap, "mode": mode,
                       "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(rows),
-                      "measured_s": res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
+                      "measured_s": res.timed[-1][1] if res.timed else res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
                       "backoff": guard.state() if guard is not None else None}
         return notes
 
@@ -376,8 +402,8 @@ class HybridDrafter(Drafter):
         `observe`), so the drafting's Python counts as well as the forward."""
         return self.clock() - self.t0
 
-    def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens, probs) of the target's top distribution after every fed node."""
+    def _top(self, logits: torch.Tensor, s) -> list[torch.Tensor]:
+        """[tokens, probs] of the target's top distribution after every fed node, on the device."""
         if s.greedy:
             # Into a kept buffer: a fresh (block, vocabulary) tensor costs more in page faults than the softmax.
             b = self.buf
@@ -387,11 +413,11 @@ class HybridDrafter(Drafter):
         else:
             dist = target_probs(logits.double(), s)
         p, t = top_k(dist, min(self.top, dist.shape[-1]))
-        return t, p
+        return [t, p]
 
-    def _harvest(self, ctx: Context, res: StepResult, tokens: torch.Tensor, probs: torch.Tensor) -> None:
-        """Add the target's top distributions after every fed node to the table."""
+    def _harvest(self, ctx: Context, res: StepResult, tokens: list[list[int]], probs: list[list[float]]) -> None:
+        """Add the target's top distributions after every fed node (host lists, row per node) to the table."""
         end = len(ctx.tokens) - len(res.emitted)  # the text up to and including the root
         tail = ctx.tokens[max(0, end - self.n) : end]
-        for v, (toks, ps) in enumerate(zip(tokens.tolist(), probs.tolist())):
+        for v, (toks, ps) in enumerate(zip(tokens, probs)):
             self.table.add((tail + list(self.path_of[v]))[-self.n :], toks, ps)
