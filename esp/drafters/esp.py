@@ -1,6 +1,7 @@
 """ESP: the frozen model drafts its own future from soft mask tokens (Embedding-Space Probing)."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -193,14 +194,15 @@ def _robust_mean(states: torch.Tensor) -> torch.Tensor:
     return (states * keep).sum(1) / keep.sum(1).clamp_min(1)
 
 
-_STATS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+# Read-only data derived from a model's weights, computed once per model object (weakly held, so that
+# a model freed and another made at its address never meet a stale entry).
+_STATS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _table_stats(lm) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-dimension mean and std of the (scaled) input embedding table."""
-    key = id(lm)
-    if key not in _STATS:
+    if lm not in _STATS:
         w = lm.model.get_input_embeddings().weight.detach().double()
         scale = lm.embed([0]).double()[0].norm() / w[0].norm().clamp_min(1e-12)
-        _STATS[key] = (w.mean(0) * scale, w.std(0) * scale)
-    return _STATS[key]
+        _STATS[lm] = (w.mean(0) * scale, w.std(0) * scale)
+    return _STATS[lm]
