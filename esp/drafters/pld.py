@@ -47,16 +47,18 @@ def continuations(tokens, max_ngram: int, draft: int, limit: int) -> list[tuple[
     m = min(max_ngram, length - 1)
     if m < 1:
         return []
-    # For every start s of a continuation, compare the j-th token before s with the suffix's j-th from
-    # the end; the match length is the run of equal pairs from j = 0.
-    starts = np.arange(1, length)
+    # Only a start s after an earlier copy of the last token can match at all. For each, compare the j-th
+    # token before s with the suffix's j-th from the end; the match length is the run of equal pairs from j = 0.
+    starts = np.flatnonzero(tokens[:-1] == tokens[-1]) + 1
+    if not starts.size:
+        return []
     j = np.arange(m)[:, None]
     before = starts - 1 - j
     same = (tokens[np.maximum(before, 0)] == tokens[length - 1 - j]) & (before >= 0)
     matched = same.astype(np.int64).cumprod(0).sum(0)
     keys = matched * length + starts
-    best = -np.sort(-keys)[: min(limit, length - 1)]
-    return [(int(key) // length, tokens[key % length : key % length + draft].tolist()) for key in best if key >= length]
+    best = -np.sort(-keys)[:limit]  # every key holds a match of at least one token
+    return [(int(key) // length, tokens[key % length : key % length + draft].tolist()) for key in best]
 
 
 class PLDDrafter(Drafter):
