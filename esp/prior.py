@@ -91,7 +91,10 @@ def save(lm, prior: Prior, path: Path | None = None) -> Path:
     path = path or saved_path(lm)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(prior.to_dict(), indent=0))
+    d = prior.to_dict()
+    counts = ",\n".join(json.dumps(c) for c in d["counts"])  # one key a line: a readable, diffable file
+    tmp.write_text(f'{{"counts": [\n{counts}\n],\n"mask_value": {json.dumps(d["mask_value"])},\n'
+                   f'"reliability": {json.dumps(d["reliability"])}}}\n')
     tmp.replace(path)
     _PRIORS.pop(model_key(lm), None)
     return path
