@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from esp.bench import load_questions  # noqa: E402
+from esp.cli import add_model_args  # noqa: E402
 from esp.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
 from esp.models import load  # noqa: E402
@@ -50,15 +51,15 @@ def fresh(lm, spec: str, ids: list[int], n: int) -> tuple[list[int], float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="embedded")
+    add_model_args(p)
+    p.set_defaults(max_new_tokens=96)
     p.add_argument("--methods", default="hybrid:bc=auto,hybrid:bc=auto:prior=none")
     p.add_argument("--questions", default=str(ROOT.parent / "shared/data/spec_bench/question.jsonl"))
     p.add_argument("--per-category", type=int, default=1)
-    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--json")
     a = p.parse_args()
-    lm = load(a.model)
+    lm = load(a.model, dtype=a.dtype)
     specs = a.methods.split(",")
     qs = load_questions(a.questions, a.per_category)
     warm = lm.chat_ids(load_questions(a.questions, None)[-1]["turns"][0])

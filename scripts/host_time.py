@@ -1,7 +1,7 @@
 """The hybrid's host-side time per step: drafting (`propose`) and learning (`observe`) at the widths the
 drafter picks, without the device work a GPU would run asynchronously.
 
-    python scripts/host_time.py [--model embedded] [--method hybrid:bc=auto] [--prompts 4] [--tokens 64] [--json F]
+    python scripts/host_time.py [--model embedded] [--method hybrid:bc=auto] [--prompts 4] [--max-new-tokens 64] [--json F]
 
 CPU time of this thread (`time.thread_time`), so that other work on a shared machine inflates it less
 than wall time. The torch calls made inside `propose` and `observe` (the softmax and top-k over the
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from esp.bench import load_questions  # noqa: E402
+from esp.cli import add_model_args  # noqa: E402
 from esp.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
 from esp.models import load  # noqa: E402
@@ -61,14 +62,14 @@ def timed(book: list[float], torch_book: list[float], fn):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="embedded")
+    add_model_args(p)
+    p.set_defaults(max_new_tokens=64)
     p.add_argument("--method", default="hybrid:bc=auto")
     p.add_argument("--questions", default=str(ROOT.parent / "shared/data/spec_bench/question.jsonl"))
     p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--json")
     a = p.parse_args()
-    lm = load(a.model)
+    lm = load(a.model, dtype=a.dtype)
     qs = load_questions(a.questions, 1)[: a.prompts + 1]
     d = build(a.method)
     books = {"propose": [], "observe": [], "torch": []}
@@ -77,7 +78,7 @@ def main() -> None:
     d.observe = timed(books["observe"], books["torch"], d.observe)
     widths = []
     for q in qs[: a.prompts]:
-        run = Decoder(lm, d, max_new_tokens=a.tokens, trace_mask=False, timings=False).generate(lm.chat_ids(q["turns"][0]))
+        run = Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, timings=False).generate(lm.chat_ids(q["turns"][0]))
         widths += [len(s.positions) for s in run.steps[1:]]
     n = len(books["propose"])
     ms = {k: 1000 * sum(v) / n for k, v in books.items()}  # per step

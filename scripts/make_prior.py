@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from esp.bench import load_questions  # noqa: E402
+from esp.cli import add_model_args  # noqa: E402
 from esp.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
 from esp.models import load  # noqa: E402
@@ -60,17 +61,17 @@ def merge(priors: list[Prior]) -> Prior:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="embedded")
+    add_model_args(p)
+    p.set_defaults(max_new_tokens=96)
     p.add_argument("--questions", default=str(ROOT.parent / "shared/data/spec_bench/question.jsonl"))
     p.add_argument("--skip", type=int, default=1, help="questions of each category left out first")
     p.add_argument("--per-category", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--methods", default=METHODS, help="hybrid specs whose learning is merged (esp:bc=auto and stand:bc=auto read the sources=esp and sources=table parts)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--save", action="store_true", help="this machine's prior (the cache), not the shipped one")
     where.add_argument("--out", help="write here instead")
     a = p.parse_args()
-    lm = load(a.model)
+    lm = load(a.model, dtype=a.dtype)
     qs = questions(a.questions, a.skip, a.per_category)
     learned = []
     for spec in a.methods.split(","):
