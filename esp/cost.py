@@ -12,6 +12,10 @@ from about 4 rows (SmolLM2's LM head: 6.9 ms for 1 row, 20.7 ms for 3, 11.7 ms f
 that reads the true curve then prefers 4 rows to 2, rather than paying more for less. Only falls within
 the timing noise are smoothed away (`smooth`): a fall larger than its knots' measured spread is kept.
 
+Each drafter corrects its own copy: the process keeps the measured curves (`curve_for` reads them from
+disk or measures them once) as read-only data and hands every drafter a fresh copy, so drafters in one
+process never move each other's width choices.
+
 A curve measured under one load goes stale when the load changes. Each one-row step's correction moves
 t(1); when the corrected t(1) stays more than DRIFT away from the measured one for DRIFT_STEPS one-row
 steps in a row, the curve is `stale` and the drafter measures it again at its next prompt (`refresh`).
@@ -26,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .paths import cache_root
@@ -48,6 +53,7 @@ class CostCurve:
     steps: int = field(default=0, compare=False)  # online corrections so far
     patience: int = field(default=DRIFT_STEPS, compare=False)  # one-row steps off the curve that make it stale
     off: int = field(default=0, compare=False)  # one-row steps in a row with t(1) off by more than DRIFT
+    generation: int = field(default=0, compare=False)  # which measurement of its key in this process it copies
 
     def __post_init__(self):
         if len(self.q) != len(self.t) or not self.q or sorted(set(self.q)) != list(self.q) or self.q[0] < 1:
@@ -80,17 +86,17 @@ class CostCurve:
         i, w = self._segment(rows)
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
 
-    def table(self, upto: int) -> torch.Tensor:
-        """t(r) for r = 0..upto as one tensor (index 0 unused), for vectorised width choices: `predict`
+    def table(self, upto: int) -> np.ndarray:
+        """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
         for every r at once (it is read every step, and the curve moves every step)."""
-        r = torch.arange(upto + 1, dtype=torch.float64)
-        q, t = torch.tensor(self.q, dtype=torch.float64), torch.tensor(self.t, dtype=torch.float64)
+        r = np.arange(upto + 1, dtype=np.float64)
+        q, t = np.asarray(self.q, dtype=np.float64), np.asarray(self.t, dtype=np.float64)
         if len(q) == 1:
             out = t[0] * r / q[0]
         else:
-            i = (torch.searchsorted(q, r) - 1).clamp(0, len(q) - 2)  # the segment r falls in, or the end one
+            i = np.clip(np.searchsorted(q, r) - 1, 0, len(q) - 2)  # the segment r falls in, or the end one
             w = (r - q[i]) / (q[i + 1] - q[i])
-            out = (t[i] + w * (t[i + 1] - t[i])).clamp(min=1e-9)
+            out = np.maximum(t[i] + w * (t[i + 1] - t[i]), 1e-9)
         out[0] = 0.0
         return out
 
@@ -110,6 +116,11 @@ class CostCurve:
         self.steps += 1
         if rows <= self.q[0]:  # only these move t(1)
             self.off = self.off + 1 if max(self.drift, 1 / self.drift) > 1 + DRIFT else 0
+
+    def copy(self) -> "CostCurve":
+        """An independent curve with this one's knots and drift settings, for one drafter to correct."""
+        return CostCurve(list(self.q), list(self.t), self.rate, self.key, patience=self.patience,
+                         generation=self.generation)
 
     def to_dict(self) -> dict:
         return {"q": list(self.q), "t": [round(x, 6) for x in self.t]}
@@ -202,14 +213,14 @@ def cache_dir() -> Path:
     return cache_root() / "costs"
 
 
-_CURVES: dict[str, CostCurve] = {}
+_CURVES: dict[str, CostCurve] = {}  # key -> the latest measured curve: read only, handed out as copies
 
 
 def curve_for(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
-    """This machine's curve for `lm`: from memory, else from disk, else measured now and saved."""
+    """A fresh copy of this machine's curve for `lm`: from memory, else from disk, else measured now and saved."""
     key = curve_key(lm)
     if key in _CURVES:
-        return _CURVES[key]
+        return _CURVES[key].copy()
     path = cache_dir() / f"{key}.json"
     curve = None
     if path.exists():
@@ -220,12 +231,12 @@ def curve_for(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
     if curve is None:
         curve = _measured(lm, key, grid, repeats)
     _CURVES[key] = curve
-    return curve
+    return curve.copy()
 
 
 def refresh(lm, old: CostCurve, cap: int | None = None, grid: tuple[int, ...] = GRID,
             repeats: int = REMEASURE_REPEATS) -> CostCurve:
-    """`lm`'s curve measured again (`old` went stale), saved and used from now on.
+    """A copy of `lm`'s curve measured again (`old`, a drafter's copy, went stale), saved for later copies.
 
     It runs in the middle of a session, inside a prompt's time, so it is kept cheap: `repeats` timings per
     width, and with `cap` (the widest block the drafter may pick) only the grid up to the first width
@@ -233,17 +244,20 @@ def refresh(lm, old: CostCurve, cap: int | None = None, grid: tuple[int, ...] = 
     the forwards of a first measurement.
     A re-measure that finds t(1) where `old` had it (within DRIFT) shows the drift came from elsewhere,
     e.g. longer contexts than the timed one: the next re-measure then waits twice as long, so useless
-    re-measures stay O(log steps)."""
+    re-measures stay O(log steps). A measurement made in this process after the one `old` copies is the
+    machine's newer state, not another drafter's: it is copied instead of timing the grid again."""
     key = old.key or curve_key(lm)
-    if _CURVES.get(key, old) is not old:  # another drafter sharing `old` has measured it again already
-        return _CURVES[key]
+    latest = _CURVES.get(key)
+    if latest is not None and latest.generation > old.generation:
+        return latest.copy()
     if cap is not None:
         grid = tuple(q for i, q in enumerate(grid) if i < 2 or grid[i - 1] < cap)
     new = _measured(lm, key, grid, repeats)
     same = max(new.t[0] / old.base, old.base / new.t[0]) <= 1 + DRIFT
     new.patience = old.patience * 2 if same else DRIFT_STEPS
+    new.generation = max(old.generation, latest.generation if latest is not None else 0) + 1
     _CURVES[key] = new
-    return new
+    return new.copy()
 
 
 def _measured(lm, key: str, grid: tuple[int, ...], repeats: int) -> CostCurve:

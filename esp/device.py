@@ -19,3 +19,16 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> 
     if device.type != "cuda":
         return t
     return t.pin_memory().to(device, non_blocking=True)
+
+
+def read_all(parts: list[torch.Tensor]) -> list[list[float]]:
+    """Every tensor of `parts` back on the host, each flattened, in one read: one device sync for all
+    (integer ids come back exact below 2^53)."""
+    if not parts:
+        return []
+    flat = torch.cat([x.reshape(-1).to(torch.float64) for x in parts]).tolist()
+    out, i = [], 0
+    for x in parts:
+        out.append(flat[i : i + x.numel()])
+        i += x.numel()
+    return out

@@ -12,7 +12,7 @@ from .kvcache import commit
 from .layout import Layout, make_layouts
 from .lm import LM
 from .sampling import Sampling
-from .timer import Phases
+from .timer import ForwardTimer, Phases
 from .trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
 from .verify import check
 
@@ -60,8 +60,10 @@ class Decoder:
         self.layouts = make_layouts(layouts)
         self.align = align
         self.trace_mask = trace_mask
-        # A drafter that learns from its forwards' measured time (bc=auto) needs them honest even then.
-        self.timings = timings or getattr(self.drafter, "times_forward", False)
+        self.timings = timings
+        # A drafter that learns from its forwards' measured time (bc=auto) gets them without step timings,
+        # from a timer that does not block the device (StepResult.timed).
+        self.time_forward = not timings and getattr(self.drafter, "times_forward", False)
 
     def check_prompt(self, prompt_ids: list[int]) -> None:
         """Reject prompts the model cannot take, with one clear sentence."""
@@ -91,6 +93,7 @@ class Decoder:
         self.drafter.start(ctx)
         pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
         past = produced = 0
+        timer = ForwardTimer(lm.device) if self.time_forward else None
         while True:
             clock = Phases(lm.device, self.timings)
             clock("draft")
@@ -109,12 +112,17 @@ class Decoder:
                 mask = self.layouts.additive(lay, past, lm.dtype, lm.device)
             embeds = self._embeds(pending, prop, lay)
             clock("forward")
+            if timer is not None:
+                timer.start()
             hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align,
                                         max_pos=root_pos + lay.max_offset)
             logits = lm.head(hidden[lead : lead + (lay.size if prop.head_all else lay.n_nodes)])
             node_logits = logits[: lay.n_nodes]
+            timed = timer.stop(lay.size, keep=not lead) if timer is not None else []
             clock("verify")
             forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
+            if self.timings and not lead:
+                timed = [(lay.size, forward_s)]
             path, bonus, top2 = check(tree, node_logits, root_pos, self.sampling)
             clock("commit")
             commit(cache, past, list(range(lead)) + [lead + i for i in path])
@@ -126,7 +134,7 @@ class Decoder:
                 prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
                 node_logits, path, bonus, root_pos, emitted,
                 None if layers is None or not lead else tuple(h[:lead] for h in layers), forward_s,
-                logits if prop.head_all else None, clock,
+                logits if prop.head_all else None, clock, timed,
             )
             notes = self.drafter.observe(ctx, res)
             clock("trace")

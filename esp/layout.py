@@ -7,8 +7,8 @@ come last with visibility of their own. A node sees its ancestors and itself; ma
 v's path and v's masks 1..j. Node at depth d sits at root+d, its mask j at root+d+j. Everything sees
 the committed prefix.
 
-Two builders give identical results: `EfficientLayouts` (tensor ops, cached per tree shape, prefix
-columns kept in a persistent buffer) and `NaiveLayouts` (per-node loops, rebuilt every step), kept for
+Two builders give identical results: `EfficientLayouts` (array ops, cached per tree shape, prefix
+columns kept in a persistent buffer; the host arrays are numpy, so that a new shape reads no tensor back) and `NaiveLayouts` (per-node loops, rebuilt every step), kept for
 the paper's ablation.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable
 
+import numpy as np
 import torch
 
 from .device import canonical, to_device
@@ -84,41 +85,39 @@ class Layout:
         return ["root"] + ["node"] * (self.n_nodes - 1) + ["mask"] * (len(self.owners) * self.k) + ["extra"] * self.n_extra
 
 
-def _ancestors(parents: torch.Tensor) -> torch.Tensor:
-    """anc[i, a] is True when a is i itself or one of its ancestors."""
-    n = parents.numel()
-    rows = torch.arange(n)
-    up = parents.clamp(min=0)  # the root is its own parent, so walking up stops there
-    anc = torch.eye(n, dtype=torch.bool)
-    cur = rows
-    while True:
-        nxt = up[cur]
-        if torch.equal(nxt, cur):
-            return anc
-        anc[rows, nxt] = True
-        cur = nxt
+def _ancestors(parents) -> np.ndarray:
+    """anc[i, a] is True when a is i itself or one of its ancestors (`parents`: a parent's index, -1 at
+    the root, parents before children)."""
+    par = np.asarray(parents, dtype=np.int64)
+    anc = np.eye(len(par), dtype=bool)
+    for i in range(1, len(par)):  # a node sees what its parent sees, and itself
+        anc[i] |= anc[par[i]]
+    return anc
 
 
 def _efficient(parents: tuple[int, ...], k: int, extra: Extra | None, owners: tuple[int, ...]) -> Layout:
-    par = torch.tensor(parents)
-    n = par.numel()
-    anc = _ancestors(par)
+    n = len(parents)
+    anc = _ancestors(parents)
     depth = anc.sum(1) - 1
-    owner = torch.tensor(owners, dtype=torch.long).repeat_interleave(k)
-    j = torch.arange(1, k + 1).repeat(len(owners))
-    m = owner.numel()
+    owner = np.repeat(np.asarray(owners, dtype=np.int64), k)
+    j = np.tile(np.arange(1, k + 1), len(owners))
+    m = owner.size
     e = 0 if extra is None else len(extra.ids)
     b = n + m + e
-    vis = torch.zeros(b, b, dtype=torch.bool)
+    vis = np.zeros((b, b), dtype=bool)
     vis[:n, :n] = anc
     vis[n : n + m, :n] = anc[owner]
     vis[n : n + m, n : n + m] = (owner[:, None] == owner[None, :]) & (j[None, :] <= j[:, None])
-    offsets = torch.cat([depth, depth[owner] + j])
-    if extra is not None:
-        vis[n + m :, :n] = extra.see_tree
-        vis[n + m :, n + m :] = extra.see_self
-        offsets = torch.cat([offsets, torch.tensor(extra.offsets, dtype=torch.long)])
-    return Layout(vis, offsets, n, k, e, owners)
+    offsets = np.concatenate([depth, depth[owner] + j]).astype(np.int64)
+    if extra is None:
+        lay = Layout(torch.from_numpy(vis), torch.from_numpy(offsets), n, k, e, owners)
+        lay._memo["host"] = (offsets.tolist(), vis.tolist())
+        return lay
+    visible = torch.from_numpy(vis)
+    visible[n + m :, :n] = extra.see_tree
+    visible[n + m :, n + m :] = extra.see_self
+    offsets = np.concatenate([offsets, np.asarray(extra.offsets, dtype=np.int64)])
+    return Layout(visible, torch.from_numpy(offsets), n, k, e, owners)
 
 
 def _naive(parents: tuple[int, ...], k: int, extra: Extra | None, owners: tuple[int, ...]) -> Layout:

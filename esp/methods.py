@@ -71,7 +71,8 @@ register("stand", _stand, {"bc": budget, "top": int, "n": int}, uses_bc=True)
 register("lade", LADEDrafter, {"n": int, "w": int, "g": int})
 register("tr", TRDrafter, {"tree": str, "start": str, "matrix": str})
 register("hybrid", HybridDrafter, {"bc": budget, "k": int, "lam": float, "init": str, "top": int, "n": int,
-                                   "match": int, "draft": int, "sources": sources}, uses_bc=True)
+                                   "match": int, "draft": int, "sources": sources, "start": str, "prior": str},
+         uses_bc=True)
 
 KINDS = {tuple: "a list of integers", budget: "an integer or 'auto'",
          sources: f"some of {', '.join(HYBRID_SOURCES)} joined by '+' (e.g. lookup+table)"}

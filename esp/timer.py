@@ -53,3 +53,37 @@ class Phases:
         out = dict(self.seconds)
         out["total"] = sum(out.values())
         return out
+
+
+class ForwardTimer:
+    """Seconds of each step's forward (with its LM-head call) for a drafter that learns its cost curve,
+    without blocking the device.
+
+    On CUDA a pair of events brackets the forward and is read at the next step, by when the step's
+    verify read has already waited for it (an event not done yet is dropped, never waited for): a step
+    learns the previous forward's time. Elsewhere the host clock is exact, since the CPU runs each op as
+    it is called, and a step learns its own forward's time."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self._cuda = torch.device(device).type == "cuda"
+        self._pending: tuple[int, object, object] | None = None  # CUDA: (rows, start, end) of the last forward
+        self._start: object = 0.0
+
+    def start(self) -> None:
+        if self._cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self, rows: int, keep: bool = True) -> list[tuple[int, float]]:
+        """End the forward of `rows` rows; returns the (rows, seconds) measured by now. `keep=False`
+        (a prefill, which also holds the prompt) times nothing."""
+        if not self._cuda:
+            return [(rows, time.perf_counter() - self._start)] if keep else []
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        done, self._pending = self._pending, (rows, self._start, end) if keep else None
+        if done is None or not done[2].query():
+            return []
+        return [(done[0], done[1].elapsed_time(done[2]) / 1000)]

@@ -5,7 +5,8 @@
 On a CPU nothing waits, so the script counts what would: every read of a tensor's value on the host
 (Tensor.item / tolist / __int__ / __float__ / __bool__ / __index__ / cpu / numpy, torch.equal), through a
 TorchFunctionMode, and every torch.cuda.synchronize the engine would call on CUDA (the device-timing paths
-are switched on as on a GPU and synchronize is replaced by a counter). Each count is an upper bound of a
+are switched on as on a GPU and synchronize is replaced by a counter; bc=auto's forward timer, which on
+CUDA reads its events a step later without waiting, counts as one sync per step). Each count is an upper bound of a
 GPU's syncs: a read of a tensor that lives on the host anyway (PLD's token history) counts too. Pageable
 host-to-device copies are not counted. On CUDA (--cuda) torch.cuda.set_sync_debug_mode("warn") adds the
 runtime's own count of synchronizing calls as a cross-check.
@@ -28,7 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 READS = frozenset({"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy", "equal"})
-METHODS = "ar,esp:k=2:bc=60,esp:k=2:bc=60:tree=dynamic,pld,stand,lade,hybrid:bc=60"
+METHODS = "ar,esp:k=2:bc=60,esp:k=2:bc=60:tree=dynamic,pld,stand,lade,tr,hybrid:bc=60,hybrid:bc=auto"
 
 
 class Reads(TorchFunctionMode):
@@ -116,6 +117,15 @@ def _as_on_cuda(lm, syncs: list[int]) -> list[tuple]:
 
         undo.append((timer.Phases, "__init__", init))
         timer.Phases.__init__ = cuda_init
+    if timer is not None and hasattr(timer, "ForwardTimer"):  # bc=auto's forward timing: counted as one sync
+        stop = timer.ForwardTimer.stop
+
+        def counted_stop(self, *a, **k):
+            syncs[0] += 1
+            return stop(self, *a, **k)
+
+        undo.append((timer.ForwardTimer, "stop", stop))
+        timer.ForwardTimer.stop = counted_stop
     if hasattr(lm, "head_seconds"):  # the older LM head synced after every call on CUDA
         head = lm.head
 

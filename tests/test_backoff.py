@@ -214,20 +214,25 @@ def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, m
     d = HybridDrafter(curve=old)
     ctx = Context(lm, [1, 2, 3], 3, Sampling(), 0)
     d.start(ctx)
-    assert d.curve is old  # not stale: kept
-    while not old.stale:
-        old.observe(1, 1.65)
+    mine = d.curve
+    assert mine is not old and mine == old  # the drafter's own copy; not stale, so kept
+    while not mine.stale:
+        mine.observe(1, 1.65)
+    assert not old.stale  # a drafter's corrections stay in its copy
     d.start(ctx)
-    assert d.curve is not old and d.curve.t[0] == pytest.approx(1.65) and d.curve.patience == DRIFT_STEPS
+    assert d.curve is not mine and d.curve.t[0] == pytest.approx(1.65) and d.curve.patience == DRIFT_STEPS
     # Mid-session, so cheap: fewer timings, and no width beyond the first grid point covering bc=auto's cap.
     assert asked == [(tuple(q for q in cost.GRID if q <= AUTO_CAP), cost.REMEASURE_REPEATS)]
     assert cost.REMEASURE_REPEATS < 5 and max(cost.GRID) > AUTO_CAP
     saved = json.loads((tmp_path / "costs" / f"{old.key}.json").read_text())
     assert saved["t"] == pytest.approx(d.curve.t, abs=1e-6) and saved["spread"] == pytest.approx([0.01] * 3)
     monkeypatch.setattr(cost, "samples", lambda *a, **k: pytest.fail("measured twice"))
-    other = HybridDrafter(curve=old)  # a second drafter that held the same stale curve takes the new one
+    other = HybridDrafter(curve=old)  # a second drafter whose copy of the old measurement goes stale ...
     other.start(ctx)
-    assert other.curve is d.curve
+    while not other.curve.stale:
+        other.curve.observe(1, 1.65)
+    other.start(ctx)  # ... copies the newer measurement instead of timing the grid again
+    assert other.curve == d.curve and other.curve is not d.curve
     monkeypatch.setattr(cost, "samples", fake)
     # A re-measure that finds t(1) where it was: the drift came from elsewhere, so the next one waits longer.
     new = d.curve

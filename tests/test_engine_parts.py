@@ -89,7 +89,7 @@ def test_ancestors_match_parent_walks():
     rng = random.Random(1)
     for _ in range(10):
         parents = _random_parents(rng.randint(1, 25), rng)
-        anc = _ancestors(torch.tensor(parents))
+        anc = torch.from_numpy(_ancestors(parents))
         for i in range(len(parents)):
             walk, v = set(), i
             while v >= 0:

@@ -7,10 +7,13 @@ from conftest import script_module
 
 count_syncs = script_module("count_syncs")
 
-# Reads of tensor values per step with timings off (the bench's mode): ar reads its one verify row; ESP
-# reads the verify rows, the next tree's top-k and the mask state once each (a new tree shape adds its
-# layout's one-off reads, hence means with a margin). The code before issue 15 read 3 and 9.3.
-BOUNDS = {"ar": 1.0, "esp:k=2:bc=60": 4.0, "esp:k=2:bc=60:tree=dynamic": 4.0}
+# Host syncs per step with timings off (the bench's mode), reads of tensor values and device synchronizes
+# together: every method reads its verify rows once and what its drafter learns from the step once (ESP
+# also its next tree's top-k); bc=auto adds its forward timer, counted as one sync (on CUDA it reads its
+# events a step later without waiting). Issue 23's bar: at most 3 for every method and budget. The code
+# before it: tr 5.9, hybrid:bc=60 18.2, hybrid:bc=auto 24.6.
+METHODS = count_syncs.METHODS.split(",") + ["esp:bc=auto", "stand:bc=auto"]
+BAR = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +21,15 @@ def tiny():
     return count_syncs.tiny_lm()
 
 
-@pytest.mark.parametrize("method", list(BOUNDS))
-def test_syncs_per_step_are_bounded(tiny, method):
+@pytest.mark.parametrize("method", METHODS)
+def test_syncs_per_step_are_at_most_three(tiny, method):
     prompt = (list(range(40, 60)) * 3)[:50]
+    count_syncs.count(tiny, method, prompt, 24, timings=False)  # fills the process's caches (LADE's window shapes)
     r = count_syncs.count(tiny, method, prompt, 24, timings=False)
     assert r["steps"] >= 4
-    assert r["syncs_mean"] == 0  # no device synchronize inside a step unless timings are asked for
-    assert r["reads_mean"] <= BOUNDS[method], r
+    assert r["total_mean"] <= BAR, r
+    # No device synchronize inside a step unless timings are asked for, but bc=auto's one timed forward.
+    assert r["syncs_mean"] == (1 if "bc=auto" in method else 0), r
     timed = count_syncs.count(tiny, method, prompt, 24)
     assert timed["syncs_mean"] >= 6  # with timings, every phase boundary syncs (as it would on CUDA)
     assert timed["reads_mean"] == r["reads_mean"]

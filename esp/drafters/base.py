@@ -55,6 +55,9 @@ class StepResult:
     forward_s: float = 0.0  # seconds of the block's forward and its LM-head call (node rows, or every row under head_all)
     block_logits: torch.Tensor | None = None  # (B, V) logits of every block row, when the proposal asked
     clock: Phases | None = None  # the step's phase timer: a drafter's LM-head call counts as model time
+    # (rows, seconds) of forwards measured by now, for drafters that time them (Drafter.times_forward): this
+    # step's on a CPU or with step timings, the previous step's on CUDA (read without blocking); not prefills.
+    timed: list[tuple[int, float]] = field(default_factory=list)
 
     def logits(self, rows: list[int], lm: LM) -> torch.Tensor:
         """Target logits at block rows `rows`: from the step's own head call when it covered them."""
@@ -80,8 +83,8 @@ class Drafter:
 
     name = "ar"
     source: str | None = None  # what every drafted node's trace names as its source (esp.trace.SOURCES)
-    # True for a drafter that learns from StepResult.forward_s (a measured cost curve): the decoder then
-    # times each forward with a device sync even when step timings are off.
+    # True for a drafter that learns from its forwards' measured time (a cost curve): the decoder then
+    # fills StepResult.timed even when step timings are off, without blocking the device.
     times_forward: bool = False
 
     def start(self, ctx: Context) -> None:

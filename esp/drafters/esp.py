@@ -1,6 +1,7 @@
 """ESP: the frozen model drafts its own future from soft mask tokens (Embedding-Space Probing)."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -110,11 +111,18 @@ class MaskEmbedding:
     def embeds(self, dtype: torch.dtype) -> torch.Tensor:
         return self.m.to(dtype)
 
+    def summary(self) -> torch.Tensor:
+        """m's mean norm and mean cosine to its start, on the device (for a caller that reads it together
+        with other values)."""
+        return torch.stack([self.m.norm(dim=-1).mean(), torch.cosine_similarity(self.m, self.m0, dim=-1).mean()])
+
+    @staticmethod
+    def named(summary: list[float]) -> dict[str, float]:
+        """What the trace shows of m, from `summary()`'s two values: its norm and how far it has turned."""
+        return {"norm": summary[0], "cos_init": summary[1]}
+
     def state(self) -> dict[str, float]:
-        """What the trace shows of m: its norm and how far it has turned from its start."""
-        norm, cos = torch.stack([self.m.norm(dim=-1).mean(),
-                                 torch.cosine_similarity(self.m, self.m0, dim=-1).mean()]).tolist()  # one read
-        return {"norm": norm, "cos_init": cos}
+        return self.named(self.summary().tolist())  # one read
 
 
 class ESPDrafter(Drafter):
@@ -186,14 +194,15 @@ def _robust_mean(states: torch.Tensor) -> torch.Tensor:
     return (states * keep).sum(1) / keep.sum(1).clamp_min(1)
 
 
-_STATS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+# Read-only data derived from a model's weights, computed once per model object (weakly held, so that
+# a model freed and another made at its address never meet a stale entry).
+_STATS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _table_stats(lm) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-dimension mean and std of the (scaled) input embedding table."""
-    key = id(lm)
-    if key not in _STATS:
+    if lm not in _STATS:
         w = lm.model.get_input_embeddings().weight.detach().double()
         scale = lm.embed([0]).double()[0].norm() / w[0].norm().clamp_min(1e-12)
-        _STATS[key] = (w.mean(0) * scale, w.std(0) * scale)
-    return _STATS[key]
+        _STATS[lm] = (w.mean(0) * scale, w.std(0) * scale)
+    return _STATS[lm]

@@ -19,6 +19,13 @@ distributions, merged into one calibrated tree whose width is chosen every step 
 - Back-off (`bc=auto`). `budget.Backoff` books every drafted step's measured time against plain steps and
   runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
   geometrically growing gaps; its docstring states the regret bound.
+- Start (`start=cold|hot`). Cold (the default): every prompt starts from the model's calibration prior
+  (`esp.prior`: saved on this machine or shipped for the embedded model), an empty table, no earlier
+  text to copy from and a fresh back-off, exactly as a drafter built for that prompt would. Hot: the
+  table, the lookup history (earlier prompts and their outputs), the calibration and the back-off are
+  kept across prompts by this drafter object (the official Token Recycling protocol, `tr:start=hot`).
+  Either way the cost curve is this drafter's own copy of the machine's (`esp.cost`), and nothing
+  a drafter learns reaches another drafter.
 Every choice is deterministic given the text and the measured times; nothing is sampled but the
 target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
 """
@@ -28,12 +35,15 @@ import heapq
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..budget import Backoff, Choice, best_rate, choose
 from ..calibrate import Calibrator, bucket
 from ..cost import CostCurve, curve_for, refresh
+from ..device import read_all
 from ..errors import ESPError
+from ..prior import Prior, prior_for
 from ..sampling import draw, top_k
 from ..sampling import probs as target_probs
 from ..trace import ESP, LOOKUP, SOURCES, TABLE
@@ -52,6 +62,11 @@ RANKS = 3  # a source's ranks from 3 on share one calibration key
 PLAIN_MARGIN = 0.1  # under bc=auto a draft must beat a plain one-row step by this share: P runs optimistic
 PROBE_EVERY = 8  # steps without ESP drafts after which masks are fed anyway, to keep measuring their value,
 PROBE_LOSS = 0.1  # if that step's expected tokens per second drop by at most this share
+STARTS = ("cold", "hot")
+PRIORS = ("auto", "none")  # the model's saved or shipped calibration prior, or a flat start
+HISTORY = 8192  # tokens of earlier prompts and outputs a hot drafter's lookup searches
+MASK_START = [1.0, 4.0]  # a mask's value before any evidence: [tokens owed, steps]
+RELIABILITY_START = [4.0, 4.0]
 
 
 @dataclass(slots=True)
@@ -67,11 +82,12 @@ class Candidate:
 class HybridDrafter(Drafter):
     """One calibrated, cost-budgeted tree from any subset of ESP masks, lookup and the logit table."""
 
-    backoff: Backoff | None = None  # bc=auto: made at the first prompt, then kept (it learns across prompts)
+    backoff: Backoff | None = None  # bc=auto: made at a cold prompt (or a hot drafter's first), then kept
 
     def __init__(self, bc: int | str = AUTO, k: int = 1, lam: float = 0.1, init: str = "mean",
                  sources: tuple[str, ...] = (ESP, LOOKUP, TABLE), top: int = TOP, n: int = 4,
-                 match: int = 8, draft: int = 32, name: str = "hybrid", curve: CostCurve | None = None):
+                 match: int = 8, draft: int = 32, name: str = "hybrid", curve: CostCurve | None = None,
+                 start: str = "cold", prior: str = "auto"):
         if not (bc == AUTO or (isinstance(bc, int) and bc >= 1)):
             raise ESPError(f"{name}: BC must be 'auto' or a positive integer, not {bc!r}.")
         if not set(sources) <= {ESP, LOOKUP, TABLE} or not sources:
@@ -82,6 +98,10 @@ class HybridDrafter(Drafter):
             raise ESPError(f"{name}: lambda (EMA rate) must be in [0, 1], not {lam}.")
         if init not in INITS:
             raise ESPError(f"{name}: mask init must be one of {', '.join(INITS)}, not {init!r}.")
+        if start not in STARTS:
+            raise ESPError(f"{name}: start must be cold (each prompt from the prior) or hot (learning kept across prompts), not {start!r}.")
+        if prior not in PRIORS:
+            raise ESPError(f"{name}: prior must be auto (the model's calibration prior, if any) or none, not {prior!r}.")
         for what, v in (("top", top), ("n", n), ("match", match), ("draft", draft)):
             if not (isinstance(v, int) and v >= 1):
                 raise ESPError(f"{name}: {what} must be a positive integer, not {v!r}.")
@@ -89,13 +109,13 @@ class HybridDrafter(Drafter):
         self.k = k if ESP in sources else 0
         self.top, self.n, self.match, self.draft = top, n, match, draft
         self.cap = AUTO_CAP if bc == AUTO else bc
-        self.curve: CostCurve | None = curve
+        self.curve: CostCurve | None = None if curve is None else curve.copy()  # this drafter's own
         self.mask = MaskEmbedding(k, lam, init) if self.k else None
-        # Learned across prompts, like any online statistic of this model on this machine.
-        self.calibrator = Calibrator()
-        self.mask_value = [[1.0, 4.0] for _ in range(self.k)]  # per mask j: tokens owed to its drafts, [sum, steps]
-        self.reliability = [4.0, 4.0]  # accepted drafts against the sum of their P, over fed nodes
-        self.table = NGramTable(n, top)
+        self.start_mode, self.prior_mode = start, prior
+        self.initial: Prior | None = None  # the prior this drafter starts every cold prompt from (read at the first)
+        self._learn(Prior())
+        self.text: list[int] = []  # the running prompt's tokens (prompt + output), for a hot drafter's history
+        self.history: list[int] = []  # earlier prompts and outputs, searched by a hot drafter's lookup
         self.buf: torch.Tensor | None = None  # the target's distributions over a block, reused step to step
 
     @property
@@ -109,7 +129,27 @@ class HybridDrafter(Drafter):
 
     def describe(self) -> str:
         lam = f" lam={self.mask.lam}" if self.mask else ""
-        return f"{self.name} bc={self.bc} sources={'+'.join(self.sources)}" + (f" k={self.k}{lam}" if self.k else "")
+        hot = " start=hot" if self.start_mode == "hot" else ""
+        return f"{self.name} bc={self.bc} sources={'+'.join(self.sources)}" + (f" k={self.k}{lam}" if self.k else "") + hot
+
+    def _learn(self, prior: Prior) -> None:
+        """Start the learned state from `prior` (a copy this drafter owns): calibration, mask values,
+        reliability; an empty table and history, and a back-off made afresh at the next prompt."""
+        key = "+".join(self.sources)
+        self.calibrator = Calibrator()
+        self.calibrator.counts = prior.counts
+        masks = prior.mask_value.get(key, [])
+        # per mask j: tokens owed to its drafts, [sum, steps]
+        self.mask_value = [list(masks[j]) if j < len(masks) else list(MASK_START) for j in range(self.k)]
+        self.reliability = list(prior.reliability.get(key, RELIABILITY_START))  # accepted drafts vs their sum of P
+        self.table = NGramTable(self.n, self.top)
+        self.history = []
+        self.backoff = None
+
+    def learned(self) -> Prior:
+        """What this drafter has learned so far, as a prior (a copy: `esp.prior.save` writes it)."""
+        key = "+".join(self.sources)
+        return Prior(self.calibrator.counts, {key: self.mask_value}, {key: self.reliability}).copy()
 
     # ------------------------------------------------------------------ per prompt
 
@@ -118,11 +158,18 @@ class HybridDrafter(Drafter):
             self.curve = curve_for(ctx.lm)
         elif self.curve.stale:  # the machine's one-row time moved away from the measured curve and stayed
             self.curve = refresh(ctx.lm, self.curve, self.cap)
+        if self.initial is None:
+            self.initial = (prior_for(ctx.lm) if self.prior_mode == "auto" else None) or Prior()
+            self._learn(self.initial.copy())
+        elif self.start_mode == "cold":
+            self._learn(self.initial.copy())
+        else:
+            self.history = (self.history + self.text)[-HISTORY:]
+        self.text = ctx.tokens  # the engine extends this list as the prompt's output grows
         if self.bc == AUTO:
             if self.backoff is None:
                 self.backoff = Backoff()
             self.backoff.start()
-        self.table = NGramTable(self.n, self.top)
         if TABLE in self.sources:
             self.table.seed(ctx.tokens)
         if self.mask:
@@ -144,7 +191,7 @@ class HybridDrafter(Drafter):
         self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
         tree, self.cands = self._grow(ctx)
         self.gain = gain = self.reliability[0] / self.reliability[1]
-        p = (torch.tensor(tree.cum_probs[1:], dtype=torch.float64) * gain).clamp(max=1.0)
+        p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
         cost = None if self.bc != AUTO else self.curve.table(self.cap)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, tree.parents[1:], j, self._mask_value(j), self.cap, cost, margin=PLAIN_MARGIN)
@@ -171,7 +218,7 @@ class HybridDrafter(Drafter):
         tree = DraftTree([root], [-1], [1.0], [1.0], sources=[()], p=[1.0])
         paths: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         if LOOKUP in self.sources:
-            for n, cont in continuations(torch.tensor(ctx.tokens), self.match, self.draft, 4):
+            for n, cont in continuations(self.history + ctx.tokens, self.match, self.draft, 4):
                 for d, tok in enumerate(cont):
                     paths.setdefault(tuple(cont[:d]), []).append((tok, n))
         cands: dict[int, list[Candidate]] = {}
@@ -255,12 +302,38 @@ class HybridDrafter(Drafter):
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         tree, s, lm = res.proposal.tree, ctx.sampling, ctx.lm
         logits = res.node_logits
-        top = self._top(logits, s) if TABLE in self.sources else None
+        # Everything the step's learning needs from the device is read back at once (one sync): the
+        # target's top tokens and probabilities after every fed node, ESP's candidates from the masks at
+        # the end of the accepted path, and the mask state for the trace.
+        parts = []
+        if TABLE in self.sources:
+            parts += self._top(logits, s)
+        elif s.greedy:
+            parts.append(logits.argmax(-1))
+        mask_rows = res.layout.mask_rows(res.path[-1]) if self.mask else []
+        if mask_rows:
+            dists = torch.softmax(res.logits(mask_rows, lm), dim=-1)  # from the step's one head call (head_all)
+            # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
+            esp_p, esp_t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
+            parts += [esp_t, esp_p]
+        if self.mask:
+            self.mask.update(lm, res.emitted)
+            parts.append(self.mask.summary())
+        got = read_all(parts)
+        rows_of = lambda flat, width: [flat[i : i + width] for i in range(0, len(flat), width)]
+        if TABLE in self.sources:
+            width = min(self.top, logits.shape[-1])
+            top_t, top_p = rows_of([int(x) for x in got[0]], width), rows_of(got[1], width)
+            got = got[2:]
+        else:
+            top_t = None
+            if s.greedy:
+                top_t, got = [[int(x)] for x in got[0]], got[1:]
         if not s.greedy:
             depths = tree.depths
             targets = [draw(logits[v], res.root_pos + depths[v] + 1, s) for v in range(len(tree))]
         else:  # a row's top token is its argmax (up to exact ties, which only blur a label)
-            targets = top[0][:, 0].tolist() if top is not None else logits.argmax(-1).tolist()
+            targets = [row[0] for row in top_t]
         # Free labels: the target's choice after every fed node labels every candidate child of that node,
         # fed or not. Children of rejected nodes count too: they rank candidates better (measured: tau 2.05
         # against 1.78 at bc=60 on six development questions), though they make P a little optimistic
@@ -278,8 +351,16 @@ class HybridDrafter(Drafter):
         # The fed tree may be a cut of the proposal (esp.whatif feeds the root alone at a resumed prefill).
         self.reliability[0] += len(res.path) - 1
         self.reliability[1] += sum((tree.p or [1.0])[1:])
-        if top is not None:
-            self._harvest(ctx, res, *top)
+        best = self.cands.get(0)
+        if len(tree) == 1 and best:
+            # A step that fed no node still labels the root's best candidate: booked as if fed, so that a
+            # reliability driven down by a few bad early steps can recover. Otherwise it is absorbing: a low
+            # reliability scales every P below what a row costs, nothing is fed, and nothing moves it again
+            # (what locked `hybrid:bc=auto:sources=esp` out for whole runs; docs/BENCHMARKS.md).
+            self.reliability[0] += best[0].token == targets[0]
+            self.reliability[1] += best[0].cond
+        if TABLE in self.sources:
+            self._harvest(ctx, res, top_t, top_p)
         if self.esp_top is not None and tree.sources:
             # What ESP added: without its first ESP-only node on the accepted path, the path would have
             # stopped there (that token becoming the bonus), so every token accepted from it on is owed to
@@ -292,27 +373,25 @@ class HybridDrafter(Drafter):
         notes = Notes()
         self.esp_top = None
         if self.mask:
-            rows = res.layout.mask_rows(res.path[-1])
-            self.since_esp = 0 if rows else self.since_esp + 1
-            if rows:
-                dists = torch.softmax(res.logits(rows, lm), dim=-1)  # from the step's one head call (head_all)
-                # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
-                p, t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
-                keep = [ESP_FIRST] + [self.top] * (len(rows) - 1)
-                self.esp_top = [[(tok, bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
-                                for tt, pp, n in zip(t.tolist(), p.tolist(), keep)]
-            self.mask.update(lm, res.emitted)
-            notes.ema = self.mask.state()
+            self.since_esp = 0 if mask_rows else self.since_esp + 1
+            if mask_rows:
+                width = min(ESP_FIRST, logits.shape[-1])
+                keep = [ESP_FIRST] + [self.top] * (len(mask_rows) - 1)
+                self.esp_top = [[(int(tok), bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
+                                for tt, pp, n in zip(rows_of(got[0], width), rows_of(got[1], width), keep)]
+                got = got[2:]
+            notes.ema = MaskEmbedding.named(got[0])
         c, rows, guard = self.choice, res.layout.size, self.backoff
         mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
         if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
             if guard is not None:
                 secs = self.step_seconds(res)  # until a plain step is timed, the curve's shape says what one costs
                 guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
-            self.curve.observe(rows, res.forward_s)
+        for r, secs in res.timed:  # forwards timed by now (prefills never are)
+            self.curve.observe(r, secs)
         notes.cost = {"budget": self.bc, "rows": rows, "cap": self.cap, "mode": mode,
                       "expected_tokens": round(c.expected, 4), "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(rows),
-                      "measured_s": res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
+                      "measured_s": res.timed[-1][1] if res.timed else res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
                       "backoff": guard.state() if guard is not None else None}
         return notes
 
@@ -323,8 +402,8 @@ class HybridDrafter(Drafter):
         `observe`), so the drafting's Python counts as well as the forward."""
         return self.clock() - self.t0
 
-    def _top(self, logits: torch.Tensor, s) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens, probs) of the target's top distribution after every fed node."""
+    def _top(self, logits: torch.Tensor, s) -> list[torch.Tensor]:
+        """[tokens, probs] of the target's top distribution after every fed node, on the device."""
         if s.greedy:
             # Into a kept buffer: a fresh (block, vocabulary) tensor costs more in page faults than the softmax.
             b = self.buf
@@ -334,11 +413,11 @@ class HybridDrafter(Drafter):
         else:
             dist = target_probs(logits.double(), s)
         p, t = top_k(dist, min(self.top, dist.shape[-1]))
-        return t, p
+        return [t, p]
 
-    def _harvest(self, ctx: Context, res: StepResult, tokens: torch.Tensor, probs: torch.Tensor) -> None:
-        """Add the target's top distributions after every fed node to the table."""
+    def _harvest(self, ctx: Context, res: StepResult, tokens: list[list[int]], probs: list[list[float]]) -> None:
+        """Add the target's top distributions after every fed node (host lists, row per node) to the table."""
         end = len(ctx.tokens) - len(res.emitted)  # the text up to and including the root
         tail = ctx.tokens[max(0, end - self.n) : end]
-        for v, (toks, ps) in enumerate(zip(tokens.tolist(), probs.tolist())):
+        for v, (toks, ps) in enumerate(zip(tokens, probs)):
             self.table.add((tail + list(self.path_of[v]))[-self.n :], toks, ps)

@@ -1,6 +1,7 @@
 """PLD (prompt lookup decoding): copy what followed an earlier occurrence of the text's last n-gram."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import ESPError
@@ -34,25 +35,30 @@ def lookup(tokens: torch.Tensor, max_ngram: int, draft: int, rule: str = "pld") 
     return []
 
 
-def continuations(tokens: torch.Tensor, max_ngram: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
+def continuations(tokens, max_ngram: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
     """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
 
     Longest matches first, the most recent occurrence first among equals; each earlier position is
-    reported once, with the longest suffix (up to `max_ngram`) it matches.
+    reported once, with the longest suffix (up to `max_ngram`) it matches. `tokens` is host data (a
+    list or array), searched with numpy: nothing here is read back from a device.
     """
-    length = tokens.numel()
+    tokens = np.asarray(tokens, dtype=np.int64)
+    length = tokens.size
     m = min(max_ngram, length - 1)
     if m < 1:
         return []
-    # For every start s of a continuation, compare the j-th token before s with the suffix's j-th from
-    # the end; the match length is the run of equal pairs from j = 0.
-    starts = torch.arange(1, length)
-    j = torch.arange(m)[:, None]
+    # Only a start s after an earlier copy of the last token can match at all. For each, compare the j-th
+    # token before s with the suffix's j-th from the end; the match length is the run of equal pairs from j = 0.
+    starts = np.flatnonzero(tokens[:-1] == tokens[-1]) + 1
+    if not starts.size:
+        return []
+    j = np.arange(m)[:, None]
     before = starts - 1 - j
-    same = (tokens[before.clamp(min=0)] == tokens[length - 1 - j]) & (before >= 0)
-    matched = same.int().cumprod(0).sum(0)
-    best = (matched * length + starts).topk(min(limit, length - 1)).values.tolist()
-    return [(key // length, tokens[key % length : key % length + draft].tolist()) for key in best if key >= length]
+    same = (tokens[np.maximum(before, 0)] == tokens[length - 1 - j]) & (before >= 0)
+    matched = same.astype(np.int64).cumprod(0).sum(0)
+    keys = matched * length + starts
+    best = -np.sort(-keys)[:limit]  # every key holds a match of at least one token
+    return [(int(key) // length, tokens[key % length : key % length + draft].tolist()) for key in best]
 
 
 class PLDDrafter(Drafter):

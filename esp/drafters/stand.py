@@ -22,6 +22,7 @@ from typing import Sequence
 
 import torch
 
+from ..device import read_all
 from ..errors import ESPError
 from ..sampling import probs as target_probs
 from ..tree import best_first
@@ -130,7 +131,10 @@ class STANDDrafter(Drafter):
         # Row j is the distribution after root + j accepted drafts, i.e. after text[: r + j + 1].
         r = len(ctx.tokens) - len(res.emitted) - 1
         rows = min(len(res.path), len(res.emitted))  # a cut at EOS / max tokens ends the run anyway
-        for j, (toks, probs) in enumerate(zip(t[:rows].tolist(), p[:rows].tolist())):
+        tt, pp = read_all([t[:rows], p[:rows]])  # one read
+        width = t.shape[-1]
+        for j in range(rows):
+            toks, probs = [int(x) for x in tt[j * width : (j + 1) * width]], pp[j * width : (j + 1) * width]
             end = r + j + 1
             self.table.add(ctx.tokens[max(0, end - self.n) : end], toks, probs)
         return Notes()

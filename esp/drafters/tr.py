@@ -64,6 +64,7 @@ class Template:
             ranks.append(int(p[-1]))
             levels[-1][1] = len(parents)
         self.parents, self.ranks = torch.tensor(parents), torch.tensor(ranks)
+        self.host_parents = parents
         self.levels = [tuple(x) for x in levels]
 
     def __len__(self) -> int:
@@ -84,10 +85,13 @@ class Template:
         for lo, hi in self.levels:
             above = tokens[parents[lo:hi]]
             tokens[lo:hi] = torch.where(above >= 0, matrix[above.clamp(min=0), ranks[lo:hi]], -1)
-        kept = (tokens >= 0).cpu()
-        new = kept.cumsum(0) - 1  # old node index -> index in the drafted tree
-        toks = tokens.cpu()[kept].tolist()
-        par = [-1] + new[self.parents[kept][1:]].tolist()
+        filled = tokens.tolist()  # the step's one read of the matrix; the rest is host bookkeeping
+        new, toks, par = [], [], []  # new: old node index -> index in the drafted tree
+        for v, (tok, up) in enumerate(zip(filled, self.host_parents)):
+            new.append(len(toks) if tok >= 0 else -1)
+            if tok >= 0:
+                toks.append(tok)
+                par.append(-1 if up < 0 else new[up])
         return DraftTree(toks, par, [1.0] * len(toks), [1.0] * len(toks))
 
 
