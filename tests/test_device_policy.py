@@ -83,4 +83,7 @@ def test_decoder_timings_off_keeps_the_same_tokens_and_phases(tiny_lm):
     assert on.tokens == off.tokens and len(on.steps) == len(off.steps)
     for s in on.steps + off.steps:
         assert set(s.timings) == {"draft", "mask", "forward", "verify", "commit", "trace", "total"}
-    assert Decoder(lm, build("hybrid:bc=auto"), timings=False).timings is True  # bc=auto learns from its forwards
+    # bc=auto learns from its forwards' times: it gets them from a non-blocking forward timer, not step timings.
+    auto = Decoder(lm, build("hybrid:bc=auto"), timings=False)
+    assert auto.timings is False and auto.time_forward is True
+    assert Decoder(lm, build("esp:k=2:bc=30"), timings=False).time_forward is False
