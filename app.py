@@ -104,7 +104,23 @@ def build_app() -> gr.Blocks:
         _wire_stored_steps(page)
         _wire_traces(page, demo)
         _wire_header(page)
+    count_checked(demo)
     return demo
+
+
+def count_checked(demo: gr.Blocks) -> None:
+    """A request with fewer values than its event takes gets one line, not Gradio's bare "Error" with a
+    traceback in the log (`Blocks.validate_inputs` runs before any handler, so no guard can see it)."""
+    check = demo.validate_inputs
+
+    def validate(block_fn, inputs: list) -> None:
+        if len(inputs) < len(block_fn.inputs):
+            wanted = sum(not isinstance(b, gr.State) for b in block_fn.inputs)  # the session is not sent
+            raise gr.Error(f"This request sends {len(inputs)} values; this event takes {wanted}.",
+                           print_exception=False)
+        check(block_fn, inputs)
+
+    demo.validate_inputs = validate
 
 
 # ---------------------------------------------------------------- sections of the page

@@ -108,6 +108,14 @@ def test_plain_http_non_finite_numbers_are_refused_in_one_line(server, client, c
     still_serving(client)
 
 
+@pytest.mark.parametrize("count", [0, 1, len(RAW_GENERATE) - 1])
+def test_plain_http_with_too_few_values_is_refused_in_one_line(server, client, capfd, count):
+    event, out = raw_call(server, "generate", '{"data": [' + ", ".join(RAW_GENERATE[:count]) + "]}")
+    assert event == "error" and out["error"] == f"This request sends {count} values; this event takes {len(RAW_GENERATE)}."
+    assert "Traceback" not in capfd.readouterr().err
+    still_serving(client)
+
+
 def private_event(url: str, name: str, data: list) -> list:
     """Call the page's event `name` (api_visibility private: gradio_client cannot) the way the page does:
     join the queue by its fn_index, then read the session's event stream; its output data."""
