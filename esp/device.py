@@ -21,14 +21,15 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> 
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def read_all(parts: list[torch.Tensor]) -> list[list[float]]:
-    """Every tensor of `parts` back on the host, each flattened, in one read: one device sync for all
-    (integer ids come back exact below 2^53)."""
+def read_all(parts: list[torch.Tensor]) -> list[list]:
+    """Every tensor of `parts` back on the host in one read (one device sync for all), each as its own
+    `tolist()` would give it, as floats (integer ids come back exact below 2^53)."""
     if not parts:
         return []
     flat = torch.cat([x.reshape(-1).to(torch.float64) for x in parts]).tolist()
     out, i = [], 0
     for x in parts:
-        out.append(flat[i : i + x.numel()])
-        i += x.numel()
+        values, i = flat[i : i + x.numel()], i + x.numel()
+        width = x.shape[-1] if x.dim() == 2 else 0
+        out.append([values[r : r + width] for r in range(0, len(values), width)] if width else values)
     return out

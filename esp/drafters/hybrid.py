@@ -115,7 +115,6 @@ class HybridDrafter(Drafter):
         self.initial: Prior | None = None  # the prior this drafter starts every cold prompt from (read at the first)
         self._learn(Prior())
         self.text: list[int] = []  # the running prompt's tokens (prompt + output), for a hot drafter's history
-        self.history: list[int] = []  # earlier prompts and outputs, searched by a hot drafter's lookup
         self.buf: torch.Tensor | None = None  # the target's distributions over a block, reused step to step
 
     @property
@@ -143,7 +142,7 @@ class HybridDrafter(Drafter):
         self.mask_value = [list(masks[j]) if j < len(masks) else list(MASK_START) for j in range(self.k)]
         self.reliability = list(prior.reliability.get(key, RELIABILITY_START))  # accepted drafts vs their sum of P
         self.table = NGramTable(self.n, self.top)
-        self.history = []
+        self.history: list[int] = []  # earlier prompts and outputs, searched by a hot drafter's lookup
         self.backoff = None
 
     def learned(self) -> Prior:
@@ -320,10 +319,8 @@ class HybridDrafter(Drafter):
             self.mask.update(lm, res.emitted)
             parts.append(self.mask.summary())
         got = read_all(parts)
-        rows_of = lambda flat, width: [flat[i : i + width] for i in range(0, len(flat), width)]
         if TABLE in self.sources:
-            width = min(self.top, logits.shape[-1])
-            top_t, top_p = rows_of([int(x) for x in got[0]], width), rows_of(got[1], width)
+            top_t, top_p = [[int(x) for x in row] for row in got[0]], got[1]
             got = got[2:]
         else:
             top_t = None
@@ -375,10 +372,9 @@ class HybridDrafter(Drafter):
         if self.mask:
             self.since_esp = 0 if mask_rows else self.since_esp + 1
             if mask_rows:
-                width = min(ESP_FIRST, logits.shape[-1])
                 keep = [ESP_FIRST] + [self.top] * (len(mask_rows) - 1)
                 self.esp_top = [[(int(tok), bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
-                                for tt, pp, n in zip(rows_of(got[0], width), rows_of(got[1], width), keep)]
+                                for tt, pp, n in zip(got[0], got[1], keep)]
                 got = got[2:]
             notes.ema = MaskEmbedding.named(got[0])
         c, rows, guard = self.choice, res.layout.size, self.backoff

@@ -132,9 +132,8 @@ class STANDDrafter(Drafter):
         r = len(ctx.tokens) - len(res.emitted) - 1
         rows = min(len(res.path), len(res.emitted))  # a cut at EOS / max tokens ends the run anyway
         tt, pp = read_all([t[:rows], p[:rows]])  # one read
-        width = t.shape[-1]
-        for j in range(rows):
-            toks, probs = [int(x) for x in tt[j * width : (j + 1) * width]], pp[j * width : (j + 1) * width]
+        for j, (toks, probs) in enumerate(zip(tt, pp)):
+            toks = [int(x) for x in toks]
             end = r + j + 1
             self.table.add(ctx.tokens[max(0, end - self.n) : end], toks, probs)
         return Notes()
