@@ -69,6 +69,15 @@ def test_stand_table_running_mean_topk_and_backoff():
     assert tab.lookup([4]) == ([], [])
 
 
+def test_a_table_with_a_memory_weighs_the_latest_observations_more():
+    tab = NGramTable(max_n=1, top=10, memory=2)
+    for t in (5, 5, 5, 6):
+        tab.add([1], [t], [1.0])
+    assert dict(zip(*tab.lookup([1]))) == pytest.approx({6: 0.5, 5: 0.5})  # a running mean: 6 at 1/4
+    tab.add([1], [6], [1.0])
+    assert dict(zip(*tab.lookup([1]))) == pytest.approx({6: 0.75, 5: 0.25})
+
+
 def test_stand_table_seed_is_the_prompt_ngram_statistics():
     tab = NGramTable(max_n=2, top=10)
     tab.seed([1, 2, 1, 3, 1, 2])

@@ -160,6 +160,43 @@ def test_lookup_continuations_are_the_longest_and_most_recent_matches():
         assert continuations(text, *args) == _continuations_by_hand(text.tolist(), *args)
 
 
+def test_lookup_continuations_into_other_text_match_the_running_text_suffix():
+    g = torch.Generator().manual_seed(1)
+    for i in range(200):
+        text = torch.randint(0, 2 + i % 4, (1 + i % 30,), generator=g).tolist()
+        other = torch.randint(0, 2 + i % 4, (i % 40,), generator=g).tolist()
+        max_n, draft, limit = 1 + i % 8, 1 + i % 5, 1 + i % 6
+        found = {}  # start in `other` -> the longest suffix of `text` that ends there
+        for n in range(1, min(max_n, len(text)) + 1):
+            for s in range(n, len(other)):
+                if other[s - n : s] == text[len(text) - n :]:
+                    found[s] = n
+        want = [(found[s], other[s : s + draft]) for s in sorted(found, key=lambda s: (-found[s], -s))[:limit]]
+        assert continuations(text, max_n, draft, limit, within=other) == want
+
+
+def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):
+    lm = tiny_lm("llama")
+    d = HybridDrafter(bc=16, sources=("lookup",), curve=FLAT, start="hot", prior="none")
+    Decoder(lm, d, max_new_tokens=4, trace_mask=False).generate([5, 6, 7, 8, 9, 10, 11])
+    prompt = [40, 41, 6, 7, 8]  # its suffix 6 7 8 occurs only in the earlier prompt
+    ctx = _ctx(lm, prompt)
+    d.start(ctx)
+    d.propose(ctx)
+    (first,) = d.cands[0]
+    assert first.token == 9 and first.keys[1] == (("lookup",), (-3,))  # a 3-token match, into other text
+
+
+def test_table_candidates_come_from_the_longest_context_and_the_last_token_alone(tiny_lm):
+    lm = tiny_lm("llama")
+    d = HybridDrafter(bc=16, sources=("table",), curve=FLAT, prior="none")
+    ctx = _ctx(lm, [1, 7, 3, 4, 3, 9, 7, 3])  # after "7 3": 4; after "3": 4, then 9
+    d.start(ctx)
+    d.propose(ctx)
+    said = {c.token: c.keys[1][1][0] for c in d.cands[0]}  # token -> the table's (order, band)
+    assert said == {4: (2, bucket(1.0)), 9: (-1, bucket(0.5))}
+
+
 def test_a_path_proposed_by_two_sources_is_one_node(tiny_lm):
     lm = tiny_lm("llama")
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]

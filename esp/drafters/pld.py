@@ -35,30 +35,33 @@ def lookup(tokens: torch.Tensor, max_ngram: int, draft: int, rule: str = "pld") 
     return []
 
 
-def continuations(tokens, max_ngram: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
+def continuations(tokens, max_ngram: int, draft: int, limit: int, within=None) -> list[tuple[int, list[int]]]:
     """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
 
     Longest matches first, the most recent occurrence first among equals; each earlier position is
-    reported once, with the longest suffix (up to `max_ngram`) it matches. `tokens` is host data (a
-    list or array), searched with numpy: nothing here is read back from a device.
+    reported once, with the longest suffix (up to `max_ngram`) it matches. The occurrences are searched
+    in `tokens` itself, or in `within` (other text, such as earlier prompts) when given. Both are host
+    data (lists or arrays), searched with numpy: nothing here is read back from a device.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
-    length = tokens.size
-    m = min(max_ngram, length - 1)
-    if m < 1:
+    hay = tokens if within is None else np.asarray(within, dtype=np.int64)
+    length, size = tokens.size, hay.size
+    m = min(max_ngram, length - 1 if within is None else length)
+    if m < 1 or size < 2:
         return []
-    # Only a start s after an earlier copy of the last token can match at all. For each, compare the j-th
-    # token before s with the suffix's j-th from the end; the match length is the run of equal pairs from j = 0.
-    starts = np.flatnonzero(tokens[:-1] == tokens[-1]) + 1
+    # Only a start s after a copy of the last token can match at all (and, in the text itself, before
+    # its end). For each, compare the j-th token before s with the suffix's j-th from the end; the match
+    # length is the run of equal pairs from j = 0.
+    starts = np.flatnonzero(hay[: size - 1] == tokens[-1]) + 1
     if not starts.size:
         return []
     j = np.arange(m)[:, None]
     before = starts - 1 - j
-    same = (tokens[np.maximum(before, 0)] == tokens[length - 1 - j]) & (before >= 0)
+    same = (hay[np.maximum(before, 0)] == tokens[length - 1 - j]) & (before >= 0)
     matched = same.astype(np.int64).cumprod(0).sum(0)
-    keys = matched * length + starts
+    keys = matched * size + starts
     best = -np.sort(-keys)[:limit]  # every key holds a match of at least one token
-    return [(int(key) // length, tokens[key % length : key % length + draft].tolist()) for key in best]
+    return [(int(key) // size, hay[key % size : key % size + draft].tolist()) for key in best]
 
 
 class PLDDrafter(Drafter):

@@ -33,8 +33,9 @@ from .base import Context, Drafter, Notes, Proposal, StepResult
 class NGramTable:
     """Context (1..max_n tokens) -> top-`top` next-token distribution, merged by running mean."""
 
-    def __init__(self, max_n: int = 4, top: int = 10):
+    def __init__(self, max_n: int = 4, top: int = 10, memory: float = float("inf")):
         self.max_n, self.top = max_n, top
+        self.memory = memory  # observations a mean spans at most: later ones weigh 1 / memory each
         # key -> [tokens sorted by prob (desc), probs, observations]
         self.entries: dict[tuple[int, ...], list] = {}
 
@@ -53,10 +54,11 @@ class NGramTable:
             return
         old_t, old_p, count = entry
         count += 1
-        keep = (count - 1) / count
+        span = min(count, self.memory)
+        keep = (span - 1) / span
         merged = {t: p * keep for t, p in zip(old_t, old_p)}
         for t, p in zip(tokens, probs):
-            merged[t] = merged.get(t, 0.0) + p / count
+            merged[t] = merged.get(t, 0.0) + p / span
         best = sorted(merged.items(), key=lambda tp: -tp[1])[: self.top]
         entry[0], entry[1], entry[2] = [t for t, _ in best], [p for _, p in best], count
 
