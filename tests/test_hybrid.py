@@ -187,16 +187,6 @@ def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):
     assert first.token == 9 and first.keys[1] == (("lookup",), (-3,))  # a 3-token match, into other text
 
 
-def test_table_candidates_come_from_the_longest_context_and_the_last_token_alone(tiny_lm):
-    lm = tiny_lm("llama")
-    d = HybridDrafter(bc=16, sources=("table",), curve=FLAT, prior="none")
-    ctx = _ctx(lm, [1, 7, 3, 4, 3, 9, 7, 3])  # after "7 3": 4; after "3": 4, then 9
-    d.start(ctx)
-    d.propose(ctx)
-    said = {c.token: c.keys[1][1][0] for c in d.cands[0]}  # token -> the table's (order, band)
-    assert said == {4: (2, bucket(1.0)), 9: (-1, bucket(0.5))}
-
-
 def test_a_path_proposed_by_two_sources_is_one_node(tiny_lm):
     lm = tiny_lm("llama")
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]

@@ -7,8 +7,7 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   and most recent matches, over prompt and output; a hot drafter's earlier prompts are searched apart
   and scored apart). Table: the target's top distributions after every 1..4-token context, harvested
   from every fed node of every verify forward (the committed path and the rejected branches alike: each
-  row is the model's true distribution after that text), weighted towards the latest; a node's
-  candidates come from its longest known context and from its last token alone.
+  row is the model's true distribution after that text), weighted towards the latest.
 - Merge. Candidates form one trie keyed by token path: a token proposed by several sources is one node,
   marked with all of them.
 - Calibration. A candidate's conditional P(accept) comes from `Calibrator`, keyed by its sources, depth,
@@ -263,18 +262,9 @@ class HybridDrafter(Drafter):
         depth = len(path) + 1
         said: dict[int, dict[str, tuple]] = {}  # token -> source -> (score, rank)
         if TABLE in self.sources:
-            context = (text[-self.n :] + list(path))[-self.n :]
-            order, toks, probs = self.table.match(context)
+            order, toks, probs = self.table.match((text[-self.n :] + list(path))[-self.n :])
             for r, (t, q) in enumerate(zip(toks, probs)):
                 said[t] = {TABLE: ((order, bucket(q)), min(r, RANKS))}
-            if order > 1:
-                # The entry after the last token alone too (Token Recycling's row): it holds the latest
-                # distributions, where a longer context may have been seen once, long ago. Its own
-                # score (-1) keeps it calibrated apart (dev26 at bc=60: tau hot 2.48 -> 2.52, cold 2.36 -> 2.39).
-                _, toks, probs = self.table.match(context[-1:])
-                for r, (t, q) in enumerate(zip(toks, probs)):
-                    if t not in said:
-                        said[t] = {TABLE: ((-1, bucket(q)), min(r, RANKS))}
         if self.esp_top is not None and depth <= len(self.esp_top):
             for t, band, r in self.esp_top[depth - 1]:
                 by = said.get(t)
