@@ -65,8 +65,8 @@ PROBE_EVERY = 8  # steps without ESP drafts after which masks are fed anyway, to
 PROBE_LOSS = 0.1  # if that step's expected tokens per second drop by at most this share
 STARTS = ("cold", "hot")
 PRIORS = ("auto", "none")  # the model's saved or shipped calibration prior, or a flat start
-MEMORY = 2  # a table entry is the mean of its observations weighted 1/2 to the latest (dev26 at bc=60, tau hot / cold:
-# a plain running mean 2.41 / 2.21, 1/4 2.41 / 2.32, 1/2 2.48 / 2.36, overwrite 2.42 / 2.32)
+MEMORY = 2  # each new observation of a table context weighs 1/2 (tau at bc=60, 26 dev questions, hot / cold: a
+# running mean 2.13 / 2.21, this 2.48 / 2.36; the other weights tried are in docs/BENCHMARKS.md)
 HISTORY_MATCHES = 2  # a hot drafter's copies from earlier prompts, besides the running prompt's 4
 HISTORY = 8192  # tokens of earlier prompts and outputs a hot drafter's lookup searches
 MASK_START = [1.0, 4.0]  # a mask's value before any evidence: [tokens owed, steps]
@@ -221,11 +221,12 @@ class HybridDrafter(Drafter):
         tree = DraftTree([root], [-1], [1.0], [1.0], sources=[()], p=[1.0])
         paths: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         if LOOKUP in self.sources:
-            found = continuations(ctx.tokens, self.match, self.draft, 4)
+            text = np.asarray(ctx.tokens, dtype=np.int64)
+            found = continuations(text, self.match, self.draft, 4)
             if self.history.size:
                 # Copies from other text get a score of their own (-n): a match into an earlier prompt
                 # (the same chat template, say) predicts less than one into this prompt.
-                found += [(-n, c) for n, c in continuations(ctx.tokens, self.match, self.draft, HISTORY_MATCHES, self.history)]
+                found += [(-n, c) for n, c in continuations(text, self.match, self.draft, HISTORY_MATCHES, self.history)]
             for n, cont in found:
                 for d, tok in enumerate(cont):
                     paths.setdefault(tuple(cont[:d]), []).append((tok, n))

@@ -18,6 +18,7 @@ No official code exists; the choices the paper leaves open are ours and all keep
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Sequence
 
 import torch
@@ -31,11 +32,12 @@ from .base import Context, Drafter, Notes, Proposal, StepResult
 
 
 class NGramTable:
-    """Context (1..max_n tokens) -> top-`top` next-token distribution, merged by running mean."""
+    """Context (1..max_n tokens) -> top-`top` next-token distribution, merged by running mean; with a
+    finite `memory` m, each observation after the m-th weighs 1/m (an exponential mean: recency, for the hybrid)."""
 
     def __init__(self, max_n: int = 4, top: int = 10, memory: float = float("inf")):
         self.max_n, self.top = max_n, top
-        self.memory = memory  # observations a mean spans at most: later ones weigh 1 / memory each
+        self.memory = memory
         # key -> [tokens sorted by prob (desc), probs, observations]
         self.entries: dict[tuple[int, ...], list] = {}
 
@@ -59,7 +61,7 @@ class NGramTable:
         merged = {t: p * keep for t, p in zip(old_t, old_p)}
         for t, p in zip(tokens, probs):
             merged[t] = merged.get(t, 0.0) + p / span
-        best = sorted(merged.items(), key=lambda tp: -tp[1])[: self.top]
+        best = sorted(merged.items(), key=itemgetter(1), reverse=True)[: self.top]  # stable: ties keep their order
         entry[0], entry[1], entry[2] = [t for t, _ in best], [p for _, p in best], count
 
     def lookup(self, context: Sequence[int]) -> tuple[list[int], list[float]]:
