@@ -52,6 +52,16 @@ def test_cost_curve_is_measured_once_then_read_from_disk(tiny_lm, tmp_path, monk
     assert again.q == first.q and again.t == pytest.approx(saved["t"])
 
 
+def test_cost_timings_take_the_widths_in_turn(tiny_lm, monkeypatch):
+    lm = tiny_lm("llama")
+    fed, forward = [], lm.forward
+    monkeypatch.setattr(lm, "forward", lambda emb, *a: fed.append(emb.shape[-2]) or forward(emb, *a))
+    runs = cost.samples(lm, grid=(1, 2, 4), context=8, repeats=3)
+    # The prefill of the cache, a warm-up per width, then rounds: a change of machine speed hits every width.
+    assert fed == [8] + [1, 2, 4] * 4
+    assert list(runs) == [1, 2, 4] and all(len(ts) == 3 and min(ts) > 0 for ts in runs.values())
+
+
 # ---------------------------------------------------------------- calibrator
 
 def test_calibrator_shrinks_rare_keys_towards_coarser_ones():
