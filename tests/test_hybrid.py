@@ -152,14 +152,16 @@ def _ctx(lm, prompt, step=0):
     return Context(lm, list(prompt), len(prompt), Sampling(), step)
 
 
-def _continuations_by_hand(text: list[int], max_n: int, draft: int, limit: int) -> list[tuple[int, list[int]]]:
-    found = {}  # start of the continuation -> longest suffix matched there
-    for n in range(1, min(max_n, len(text) - 1) + 1):
-        for s in range(n, len(text)):
-            if text[s - n : s] == text[len(text) - n :]:
+def _continuations_by_hand(text: list[int], max_n: int, draft: int, limit: int,
+                           within: list[int] | None = None) -> list[tuple[int, list[int]]]:
+    hay = text if within is None else within  # where the earlier occurrences are searched
+    found = {}  # start of the continuation in `hay` -> longest suffix of `text` matched there
+    for n in range(1, min(max_n, len(text) - (within is None)) + 1):
+        for s in range(n, len(hay)):
+            if hay[s - n : s] == text[len(text) - n :]:
                 found[s] = n
     order = sorted(found, key=lambda s: (-found[s], -s))[:limit]
-    return [(found[s], text[s : s + draft]) for s in order]
+    return [(found[s], hay[s : s + draft]) for s in order]
 
 
 def test_lookup_continuations_are_the_longest_and_most_recent_matches():
@@ -175,14 +177,8 @@ def test_lookup_continuations_into_other_text_match_the_running_text_suffix():
     for i in range(200):
         text = torch.randint(0, 2 + i % 4, (1 + i % 30,), generator=g).tolist()
         other = torch.randint(0, 2 + i % 4, (i % 40,), generator=g).tolist()
-        max_n, draft, limit = 1 + i % 8, 1 + i % 5, 1 + i % 6
-        found = {}  # start in `other` -> the longest suffix of `text` that ends there
-        for n in range(1, min(max_n, len(text)) + 1):
-            for s in range(n, len(other)):
-                if other[s - n : s] == text[len(text) - n :]:
-                    found[s] = n
-        want = [(found[s], other[s : s + draft]) for s in sorted(found, key=lambda s: (-found[s], -s))[:limit]]
-        assert continuations(text, max_n, draft, limit, within=other) == want
+        args = (1 + i % 8, 1 + i % 5, 1 + i % 6)
+        assert continuations(text, *args, within=other) == _continuations_by_hand(text, *args, within=other)
 
 
 def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):
