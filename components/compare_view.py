@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from esp.verdict import classify, label
+from esp.bench.verdict import classify, label
 
 from .common import INK, base_layout, figure, message_figure, two_panels
 
@@ -13,7 +13,7 @@ COLUMNS = ["method", "tokens", "forwards", "τ", "tokens/s", "speed-up vs ar", "
 def compare_rows(results: list[dict], dtype: str = "float32") -> list[list]:
     """Table rows from each method's {"label", "summary" (RunSummary), "tokens", "top2"}: speed-up is
     tokens/s over the 'ar' run's, and the last column the verdict against ar in the run's dtype
-    (esp.verdict: exact, a near-tie flip at rounding level, or FAILED)."""
+    (esp.bench.verdict: exact, a near-tie flip at rounding level, or FAILED)."""
     base = next((r for r in results if r["summary"].method == "ar"), None)
     rows = []
     for r in results:

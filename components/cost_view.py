@@ -1,5 +1,5 @@
 """What a step costs: the machine's t(q)/t(1) curve as the break-even line, each step's width and tokens
-on it beside its oracle width (the fewest rows that emit the same tokens, esp.oracle), and the run's
+on it beside its oracle width (the fewest rows that emit the same tokens, esp.bench.oracle), and the run's
 tokens and time per step, both in units of one single-token forward."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from esp.oracle import oracle_width
+from esp.bench.oracle import oracle_width
 from esp.trace import StepTrace
 
 from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, md_text, message_figure, plot_text, two_panels

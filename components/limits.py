@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from esp.errors import ESPError
-from esp.models import EMBEDDED, in_local_cache
-from esp.offline import offline_models
+from esp.models.loader import EMBEDDED, in_local_cache
+from esp.models.offline import offline_models
 
 # Small Hub models offered on a Space (which has network access) besides the embedded one.
 SPACE_MODELS = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen3-0.6B")

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from esp import methods
-from esp.drafters.base import Drafter
+from esp.decoding.drafter import Drafter
 from esp.drafters.esp import INITS, TREES, ESPConfig
 from esp.errors import ESPError
-from esp.layout import BUILDERS
+from esp.decoding.layout import BUILDERS
 from esp.sampling import Sampling
 
 __all__ = ["INITS", "KNOBS", "LAYOUTS", "MODES", "TREES", "RunSettings", "knob_reasons"]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from esp import methods
 from esp.errors import ESPError
-from esp.layout import BUILDERS
+from esp.decoding.layout import BUILDERS
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, SOURCES, StepTrace
 
 from .limits import Limits
@@ -331,7 +331,7 @@ def known_vocab(name: str | None, offered: tuple[str, ...]) -> int | None:
     JSON read, no weight loaded); None otherwise (the engine checks ids again when the model is loaded)."""
     if not name or name not in offered:
         return None
-    from esp.offline import MODELS, converted, is_converted
+    from esp.models.offline import MODELS, converted, is_converted
 
     entry = MODELS.get(name)
     if entry is not None:

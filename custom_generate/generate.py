@@ -3,9 +3,11 @@
 The decoding runs in the installed ESP engine (the `esp` package of esp-explorer); this file maps
 `generate()`'s arguments onto it: greedy, or with `do_sample=True` the engine's lossless sampling
 (temperature, top_k, top_p; `seed` keys the draw, default drawn from torch's RNG), `max_new_tokens` /
-`max_length`, `eos_token_id`, and `return_dict_in_generate` (a GenerateDecoderOnlyOutput with `sequences`).
-What ESP cannot reproduce exactly (batches, padding, beams, logits processors, streamers, ...) is refused
-with one line. The output is exactly what `model.generate` would return without `custom_generate`.
+`max_length`, `eos_token_id`, `return_dict_in_generate` (a GenerateDecoderOnlyOutput with `sequences`),
+`streamer` (batch 1, as in transformers), and a left-padded batch with its `attention_mask` (decoded together,
+one forward per step, each row as it would be alone). What ESP cannot reproduce exactly (right padding, beams,
+logits processors, ...) is refused with one line. The output is exactly what `model.generate` would return
+without `custom_generate`.
 """
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -33,16 +35,16 @@ NEUTRAL = {
 }
 # Arguments of generate() itself that ESP cannot honour unless left unset.
 UNSUPPORTED_ARGS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn", "synced_gpus",
-                    "assistant_model", "streamer", "negative_prompt_ids", "negative_prompt_attention_mask")
+                    "assistant_model", "negative_prompt_ids", "negative_prompt_attention_mask")
 
 
-def generate(model, inputs=None, generation_config=None, method=DEFAULT_METHOD, seed=None, **kwargs):
-    """`model.generate` through ESP: the prompt (batch 1) and the new tokens, as `generate` returns them."""
+def generate(model, inputs=None, generation_config=None, method=DEFAULT_METHOD, seed=None, streamer=None, **kwargs):
+    """`model.generate` through ESP: each prompt (row) and its new tokens, laid out as `generate` lays them out."""
     for name in UNSUPPORTED_ARGS:
         if kwargs.pop(name, None):
             raise ESPError(f"ESP's custom_generate does not take {name}: leave it out.")
     tokenizer = kwargs.pop("tokenizer", None)
-    ids = _input_ids(inputs, kwargs)
+    ids, prompts = _input_ids(inputs, kwargs)
     config, model_kwargs = model._prepare_generation_config(generation_config, **kwargs)
     model_kwargs.pop("use_cache", None)
     if model_kwargs:
@@ -56,24 +58,57 @@ def generate(model, inputs=None, generation_config=None, method=DEFAULT_METHOD, 
         raise ESPError(f"The prompt has {ids.shape[1]} tokens, max_length {config.max_length}: nothing to generate "
                        "(set max_new_tokens).")
     eos = config.eos_token_id
-    sampling = {}
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    options = dict(method=method, max_new_tokens=n, eos_token_id=eos)
     if config.do_sample:
         seed = int(torch.randint(0, 2**31 - 1, ())) if seed is None else seed
-        sampling = dict(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0, seed=seed)
-    out = esp.decode(model, tokenizer, ids, method=method, max_new_tokens=n,
-                     eos_token_id=[] if eos is None else eos, **sampling)
-    sequences = torch.cat([ids, torch.tensor([out.tokens], dtype=ids.dtype, device=ids.device)], 1)
+        options.update(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0, seed=seed)
+    if streamer is not None:
+        if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+            raise ESPError("streamer must have put() and end(), as transformers' streamers do.")
+        if len(prompts) != 1:
+            raise ESPError("A streamer takes one sequence (batch size 1), as in transformers' generate().")
+        new = [_streamed(model, tokenizer, ids, prompts[0], streamer, options)]
+    elif len(prompts) == 1:
+        new = [esp.decode(model, tokenizer, prompts[0], **options).tokens]
+    else:
+        new = [r.tokens for r in esp.decode(model, tokenizer, prompts, **options)]
+    # generate() runs every row until the last one ends, writing pad_token_id (else the first EOS) after a row's end.
+    pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else 0)
+    width = max(len(t) for t in new)
+    tail = torch.tensor([t + [pad] * (width - len(t)) for t in new], dtype=ids.dtype, device=ids.device)
+    sequences = torch.cat([ids, tail], 1)
     return GenerateDecoderOnlyOutput(sequences=sequences) if config.return_dict_in_generate else sequences
 
 
-def _input_ids(inputs, kwargs: dict) -> torch.Tensor:
-    """The prompt as a (1, n) tensor; batches, padding and embeddings are refused."""
+def _streamed(model, tokenizer, ids, prompt, streamer, options) -> list[int]:
+    """Decode one prompt, calling `streamer` as generate() does: put(the prompt), put(each new token) in
+    order, end(); returns the new tokens."""
+    steps = esp.stream(model, tokenizer, prompt, **options)  # bad input fails here, before the streamer hears anything
+    streamer.put(ids.cpu())
+    tokens = []
+    try:
+        for step in steps:
+            for t in step.emitted:
+                streamer.put(torch.tensor([t]))
+            tokens.extend(step.emitted)
+    finally:
+        streamer.end()  # a reader blocked on the streamer's queue (TextIteratorStreamer) is released even on an error
+    return tokens
+
+
+def _input_ids(inputs, kwargs: dict) -> tuple[torch.Tensor, list[list[int]]]:
+    """The (B, n) input ids and each row's prompt without its left padding; right padding and embeddings
+    are refused."""
     ids = kwargs.pop("input_ids", None) if inputs is None else inputs
     mask = kwargs.pop("attention_mask", None)
-    if kwargs.get("inputs_embeds") is not None or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
-        raise ESPError("ESP's custom_generate needs input_ids, a (1, n) tensor of token ids.")
-    if ids.shape[0] != 1:
-        raise ESPError(f"ESP decodes one sequence at a time (batch size 1), not {ids.shape[0]}.")
-    if mask is not None and not bool(mask.bool().all()):
-        raise ESPError("The attention mask has padding: ESP decodes one unpadded sequence.")
-    return ids
+    if kwargs.get("inputs_embeds") is not None or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or not ids.shape[0]:
+        raise ESPError("ESP's custom_generate needs input_ids, a (batch, n) tensor of token ids.")
+    if mask is not None:
+        mask = torch.as_tensor(mask).bool()
+        if mask.shape != ids.shape:
+            raise ESPError(f"The attention mask's shape {tuple(mask.shape)} differs from input_ids' {tuple(ids.shape)}.")
+        if not bool(mask[:, -1].all()):
+            raise ESPError("The batch is padded on the right: ESP, like generate() for a decoder-only model, takes "
+                           "left padding (tokenizer.padding_side = 'left').")
+    return ids, esp.api.unpadded(ids, mask)

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Decoder, Generation
-from .errors import ESPError
-from .lm import LM
-from .methods import REGISTRY, build, parse
-from .overhead import IdTokenizer
-from .sampling import Sampling
-from .trace import StepTrace
+from esp.decoding.batch import BatchDecoder
+from esp.decoding.engine import Decoder, Generation
+from esp.errors import ESPError
+from esp.models.lm import LM, IdTokenizer
+from esp.methods import REGISTRY, build, parse
+from esp.sampling import Sampling
+from esp.trace import StepTrace
 
 DEFAULT_METHOD = "hybrid:bc=auto"
 # A tree step attends through a custom 4-D mask; these attention kernels take one.
@@ -34,19 +34,25 @@ class Result(Generation):
         return [len(s.row_labels) for s in self.steps]
 
 
-def decode(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128, **options) -> Result:
+def decode(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128,
+           **options) -> Result | list[Result]:
     """Decode `prompt` (a str, or token ids: a list, a (1, n) tensor, or a tokenizer's output) with `method`
-    (an engine spec such as "esp:k=2:bc=30", "pld" or "ar"); the output is exactly plain decoding's. See
-    `prepare` for the options."""
+    (an engine spec such as "esp:k=2:bc=30", "pld" or "ar"); the output is exactly plain decoding's.
+
+    A batch (a list of str, a list of id lists, a (B, n) tensor, or a padded tokenizer output with its
+    attention mask) is decoded together, one forward per step, and gives one Result per prompt, in order;
+    each row's tokens are what decoding that prompt alone gives. See `prepare` for the options."""
     dec, ids, chat = prepare(model, tokenizer, prompt, method, max_new_tokens, **options)
+    if isinstance(dec, BatchDecoder):
+        return [Result(g.tokens, g.text, g.steps, g.summary, i, chat) for g, i in zip(dec.generate(ids), ids)]
     g = dec.generate(ids)
     return Result(g.tokens, g.text, g.steps, g.summary, ids, chat)
 
 
 def stream(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128,
-           **options) -> Iterator[StepTrace]:
-    """`decode`, one StepTrace per forward as it happens (`emitted` and `emitted_text` hold its new tokens).
-    Bad input fails here, before the first step."""
+           **options) -> Iterator[StepTrace] | Iterator[tuple[int, StepTrace]]:
+    """`decode`, one StepTrace per forward as it happens (`emitted` and `emitted_text` hold its new tokens);
+    for a batch, (prompt index, StepTrace) per row of each forward. Bad input fails here, before the first step."""
     dec, ids, _ = prepare(model, tokenizer, prompt, method, max_new_tokens, **options)
     return dec.stream(ids)
 
@@ -54,24 +60,31 @@ def stream(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_token
 def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128, *,
             chat_template: bool = True, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
             seed: int = 0, eos_token_id: int | Iterable[int] | None = None,
-            **settings) -> tuple[Decoder, list[int], bool]:
-    """A ready decoder, the prompt's ids, and whether the chat template was applied.
+            **settings) -> tuple[Decoder | BatchDecoder, list[int] | list[list[int]], bool]:
+    """A ready decoder (a BatchDecoder for a batch), the prompt's ids (one list per prompt for a batch), and
+    whether the chat template was applied.
 
     A str prompt goes through the tokenizer's chat template, as one user turn with the generation prompt,
     when the tokenizer has one (`chat_template=False`: plain tokenization); ids are used as given.
     temperature 0 is greedy; above, the engine's lossless sampling (top_p, top_k, and `seed`, which keys
     the draw at each position). `eos_token_id`: None for the model's own, else the ids that end a run
-    (empty: none). `settings` are the method's, as in its spec (k=2, bc="auto", ...). Anything wrong raises
-    ESPError with one line."""
+    (empty: none). `settings` are the method's, as in its spec (k=2, bc="auto", ...); in a batch every
+    prompt gets a drafter of its own. Anything wrong raises ESPError with one line."""
     lm = wrap(model, tokenizer)
-    drafter = build(_spec(method, settings))
+    spec = _spec(method, settings)
     sampling = Sampling(temperature, top_p, top_k, seed)
-    ids, chat = prompt_ids(lm, prompt, chat_template)
+    batch, chat = prompt_batch(lm, prompt, chat_template)
     if eos_token_id is not None:
         lm.eos_ids = frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
     # No per-phase device syncs and no mask in the traces: a caller wants the tokens fast (bc=auto still
     # times its forwards, and the run's seconds are measured either way).
-    dec = Decoder(lm, drafter, sampling, max_new_tokens, trace_mask=False, timings=False)
+    if batch is not None:
+        dec = BatchDecoder(lm, [build(spec) for _ in batch], sampling, max_new_tokens)
+        for ids in batch:
+            dec.check_prompt(ids)
+        return dec, batch, chat
+    ids, chat = prompt_ids(lm, prompt, chat_template)
+    dec = Decoder(lm, build(spec), sampling, max_new_tokens, trace_mask=False, timings=False)
     dec.check_prompt(ids)
     return dec, ids, chat
 
@@ -106,27 +119,54 @@ def prompt_ids(lm: LM, prompt, chat_template: bool = True) -> tuple[list[int], b
         chat = bool(chat_template and getattr(lm.tokenizer, "chat_template", None))
         return (lm.chat_ids(prompt) if chat else list(lm.tokenizer(prompt)["input_ids"])), chat
     if isinstance(prompt, Mapping) and "input_ids" in prompt:  # a tokenizer's output
-        mask = prompt.get("attention_mask")
-        if mask is not None and not bool(torch.as_tensor(mask).bool().all()):
-            raise ESPError("The attention mask has padding: ESP decodes one unpadded sequence; pass its ids alone.")
         return prompt_ids(lm, prompt["input_ids"], chat_template)
     rows = prompt if isinstance(prompt, torch.Tensor) else torch.tensor(prompt, dtype=torch.long) if _is_ids(prompt) else None
     if rows is None or rows.dtype.is_floating_point or rows.dtype == torch.bool or rows.dim() > 2:
-        raise ESPError("The prompt must be a str or token ids (a list of ints, or a (1, n) tensor).")
-    if rows.dim() == 2 and rows.shape[0] != 1:
-        raise ESPError(f"ESP decodes one sequence at a time (batch size 1), not {rows.shape[0]}.")
+        raise ESPError("The prompt must be a str or token ids (a list of ints, or a (1, n) tensor), or a list of them.")
     ids = rows.reshape(-1).tolist()
     if ids and not 0 <= min(ids) <= max(ids) < lm.vocab_size:
         raise ESPError(f"Token ids must lie in [0, {lm.vocab_size}) for this model.")
     return ids, False
 
 
+def prompt_batch(lm: LM, prompt, chat_template: bool = True) -> tuple[list[list[int]] | None, bool]:
+    """A batch's ids, one list per prompt, and whether the chat template made them; (None, False) when
+    `prompt` is a single one (see `prompt_ids`). Padding is taken off each row by its attention mask."""
+    if isinstance(prompt, Mapping) and "input_ids" in prompt:  # a tokenizer's output
+        ids = torch.as_tensor(prompt["input_ids"])
+        mask = prompt.get("attention_mask")
+        if ids.dim() != 2 or (ids.shape[0] == 1 and (mask is None or bool(torch.as_tensor(mask).bool().all()))):
+            return None, False
+        return unpadded(ids, mask), False
+    if isinstance(prompt, torch.Tensor):
+        return (unpadded(prompt, None), False) if prompt.dim() == 2 and prompt.shape[0] > 1 else (None, False)
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, (str, list, tuple)) for p in prompt):
+        rows = [prompt_ids(lm, p, chat_template) for p in prompt]
+        return [r[0] for r in rows], any(r[1] for r in rows)
+    return None, False
+
+
+def unpadded(ids: torch.Tensor, mask) -> list[list[int]]:
+    """Rows of a (B, n) id tensor without their padding: each row's mask must be one run of ones (left or
+    right padding), else ESPError."""
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ESPError("The prompt must be token ids (integers).")
+    mask = torch.ones_like(ids, dtype=torch.bool) if mask is None else torch.as_tensor(mask).bool()
+    if mask.shape != ids.shape:
+        raise ESPError(f"The attention mask's shape {tuple(mask.shape)} differs from the ids' {tuple(ids.shape)}.")
+    out = []
+    for b, (row, keep) in enumerate(zip(ids.tolist(), mask.tolist())):
+        on = [i for i, k in enumerate(keep) if k]
+        if not on or on[-1] - on[0] + 1 != len(on):
+            raise ESPError(f"Row {b}'s attention mask {'is empty' if not on else 'has padding inside the prompt'}: "
+                           "pad on one side only.")
+        out.append(row[on[0] : on[-1] + 1])
+    return out
+
+
 def _is_ids(prompt) -> bool:
-    """A list of ints, or a list of such lists (a batch; refused later unless it holds one row)."""
-    if not isinstance(prompt, (list, tuple)):
-        return False
-    rows = prompt if prompt and isinstance(prompt[0], (list, tuple)) else [prompt]
-    return all(isinstance(t, int) and not isinstance(t, bool) for r in rows for t in r) and len({len(r) for r in rows}) <= 1
+    """A list of ints (one prompt)."""
+    return isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
 def _spec(method: str, settings: dict) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import ESPError
+from esp.errors import ESPError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def add_esp_args(p: argparse.ArgumentParser) -> None:
 
 
 def _budget(value: str) -> int | str:
-    from .methods import budget
+    from esp.methods import budget
 
     try:
         return budget(value)
@@ -37,7 +37,7 @@ def _budget(value: str) -> int | str:
 
 def check_model_args(a: argparse.Namespace) -> None:
     """Fail with one line on a bad --dtype or --max-new-tokens, before anything loads."""
-    from .models import DTYPES
+    from esp.models.loader import DTYPES
 
     if a.dtype is not None and a.dtype not in DTYPES:
         fail(f"--dtype must be one of {', '.join(DTYPES)}, not {a.dtype!r}.")

@@ -2,25 +2,25 @@
 line with engine errors turned into one line on stderr, as `python -m esp.generate` etc. do."""
 from __future__ import annotations
 
-from .cli import run_main
+from esp.cli import run_main
 
 
 def generate() -> None:
     """esp-generate: `python -m esp.generate`."""
-    from .generate import main
+    from esp.generate import main
 
     run_main(main)
 
 
 def bench() -> None:
     """esp-bench: `python -m esp.bench`."""
-    from .bench import main
+    from esp.bench.run import main
 
     run_main(main)
 
 
 def offline() -> None:
-    """esp-offline: `python -m esp.offline`."""
-    from .offline_cli import main
+    """esp-offline: `python -m esp.models.offline`."""
+    from esp.offline_cli import main
 
     main()

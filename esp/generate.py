@@ -4,17 +4,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
-from .engine import Decoder
-from .methods import build
-from .models import load
-from .sampling import Sampling
+from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
+from esp.decoding.engine import Decoder
+from esp.methods import build
+from esp.models.loader import load
+from esp.sampling import Sampling
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m esp.generate", description=__doc__)
     p.add_argument("--prompt", required=True)
-    p.add_argument("--method", default="esp", help="esp, ar, or a spec such as esp:k=1:bc=60 (see esp.bench)")
+    p.add_argument("--method", default="esp", help="esp, ar, or a spec such as esp:k=1:bc=60 (see esp.bench.run)")
     add_model_args(p)
     add_esp_args(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

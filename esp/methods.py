@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .drafters.base import Drafter
-from .drafters.esp import ESPConfig, ESPDrafter
-from .drafters.hybrid import AUTO, HybridDrafter
-from .drafters.lade import LADEDrafter
-from .drafters.pld import PLDDrafter
-from .drafters.stand import STANDDrafter
-from .drafters.tr import TRDrafter
-from .errors import ESPError
-from .trace import ESP, LOOKUP, TABLE
+from esp.decoding.drafter import Drafter
+from esp.drafters.esp import ESPConfig, ESPDrafter
+from esp.drafters.hybrid import AUTO, HybridDrafter
+from esp.drafters.lade import LADEDrafter
+from esp.drafters.pld import PLDDrafter
+from esp.drafters.stand import STANDDrafter
+from esp.drafters.tr import TRDrafter
+from esp.errors import ESPError
+from esp.trace import ESP, LOOKUP, TABLE
 
 
 @dataclass(frozen=True)

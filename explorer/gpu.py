@@ -16,8 +16,8 @@ import re
 
 import torch
 
-from esp.lm import LM
-from esp.models import default_device, load
+from esp.models.lm import LM
+from esp.models.loader import default_device, load
 
 from . import emulation
 

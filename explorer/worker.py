@@ -14,12 +14,12 @@ from typing import Callable, Iterator
 
 from components.settings import RunSettings
 from esp import methods
-from esp.cost import curve_for
-from esp.engine import Decoder
+from esp.budget.cost import curve_for
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.sampling import Sampling
 from esp.trace import StepTrace
-from esp.whatif import whatif_step
+from esp.bench.whatif import whatif_step
 
 from .gpu import MARGIN_S, device_label, enter_call, gpu, load_model, on_device
 from .session import StopToken

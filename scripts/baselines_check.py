@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.methods import build
-from esp.models import load
+from esp.models.loader import load
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
 

@@ -49,8 +49,8 @@ def tiny_lm(seed: int = 0):
     """A 2-layer random Llama with the stand-in tokenizer (no EOS, so every run has its full length)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from esp.lm import LM
-    from esp.overhead import IdTokenizer
+    from esp.models.lm import LM
+    from esp.models.lm import IdTokenizer
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -63,7 +63,7 @@ def tiny_lm(seed: int = 0):
 def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True) -> dict:
     """Per decoding step after the prefill: host reads and (simulated on a CPU) device synchronizes;
     `timings=False` is the bench's mode (engines without the switch always time their phases)."""
-    import esp.engine as engine
+    import esp.decoding.engine as engine
     from esp.methods import build
 
     syncs = [0]
@@ -105,7 +105,7 @@ def _as_on_cuda(lm, syncs: list[int]) -> list[tuple]:
     """Switch the engine's CUDA-only sync paths on while running on a CPU; returns what to restore."""
     undo = []
     try:
-        import esp.timer as timer
+        import esp.decoding.timer as timer
     except ImportError:
         timer = None
     if timer is not None:  # the phase timer syncs when asked and the device is CUDA
@@ -142,7 +142,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the checkout whose esp is counted")
     p.add_argument("--methods", default=METHODS)
-    p.add_argument("--model", default="tiny", help="'tiny' (random 2-layer Llama) or a name for esp.models.load")
+    p.add_argument("--model", default="tiny", help="'tiny' (random 2-layer Llama) or a name for esp.models.loader.load")
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--cuda", action="store_true", help="run on CUDA and cross-check with the sync debug mode")
     p.add_argument("--json")
@@ -152,12 +152,12 @@ def main() -> None:
     if a.model == "tiny":
         lm = tiny_lm()
         if a.cuda:
-            from esp.lm import LM
+            from esp.models.lm import LM
 
             lm = LM(lm.model.to("cuda"), lm.tokenizer, lm.name)
         prompt = (list(range(40, 60)) * 3)[:50]
     else:
-        from esp.models import load
+        from esp.models.loader import load
 
         lm = load(a.model, device="cuda" if a.cuda else "cpu")
         prompt = lm.chat_ids("Write a Python function that returns the first n prime numbers, with a docstring.")

@@ -5,7 +5,7 @@ share, and the efficient vs naive mask builders.
     python scripts/engine_costs.py --overhead-only --methods hybrid:bc=60,hybrid:bc=auto,ar [--prompts 8]
 
 Works on CPU or CUDA (pass --model and --dtype for a random-weight model of a given config folder with
---random-config); medians throughout. The measurements live in esp/overhead.py; scripts/gpu_costs.py runs
+--random-config); medians throughout. The measurements live in esp/bench/overhead.py; scripts/gpu_costs.py runs
 them on random-weight 8B-shaped models.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.overhead import BC60, measure_builders, measure_model, measure_overhead, random_lm, random_prompts  # noqa: E402
+from esp.bench.overhead import BC60, measure_builders, measure_model, measure_overhead, random_lm, random_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
         lm = random_lm(cfg, dev, getattr(torch, a.dtype or "bfloat16"), f"random {cfg.model_type}")
         prompts = random_prompts(lm, a.prompts, 200)
     else:
-        from esp.models import load
+        from esp.models.loader import load
 
         lm = load(a.model, dtype=a.dtype)
         qs = [json.loads(x) for x in Path(a.questions).read_text().splitlines()]

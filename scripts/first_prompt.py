@@ -7,10 +7,10 @@ For every question (the first `--per-category` of each category of the developme
 interleaved: `model.generate(ids, max_new_tokens=N, do_sample=False)` and, per method, a drafter built
 for that prompt alone (`methods.build(spec)` then `Decoder.generate`), as an API user would. One warm-up
 generation of each on a question that is not measured (the last one of the file). With `--repeats R`
-every question runs R times, interleaved, and each one's tokens/s is its median run (as esp.bench does). The speed-up is
+every question runs R times, interleaved, and each one's tokens/s is its median run (as esp.bench.run does). The speed-up is
 Spec-Bench's ratio of means: mean tokens/s of the method over the mean of generate(); every output must
 equal generate()'s tokens (float32). The cost curve and the calibration prior are what the process
-reads once (esp.cost, esp.prior), as for any caller.
+reads once (esp.budget.cost, esp.budget.prior), as for any caller.
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from esp.bench import load_questions  # noqa: E402
+from esp.bench.run import load_questions  # noqa: E402
 from esp.cli import add_model_args  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.models import load  # noqa: E402
+from esp.models.loader import load  # noqa: E402
 
 
 def hf_greedy(lm, ids: list[int], n: int) -> tuple[list[int], float]:

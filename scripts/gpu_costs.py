@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from esp.device import canonical  # noqa: E402
-from esp.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
+from esp.bench.overhead import measure_builders, measure_model, random_lm, random_prompts  # noqa: E402
 
 SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
 

@@ -20,11 +20,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.bench import aggregate, record  # noqa: E402
+from esp.bench.run import aggregate, record  # noqa: E402
 from esp.device import canonical  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.overhead import random_lm  # noqa: E402
+from esp.bench.overhead import random_lm  # noqa: E402
 
 METHODS = ["ar", "pld", "stand", "lade", "esp:k=2:bc=60", "hybrid:bc=60"]
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared/data/spec_bench/question.jsonl"
@@ -49,7 +49,7 @@ def prompts(vocab: int, n: int) -> list[tuple[dict, list[int]]]:
     try:
         from transformers import AutoTokenizer
 
-        from esp.offline import MODELS, converted
+        from esp.models.offline import MODELS, converted
 
         tok = AutoTokenizer.from_pretrained(str(converted(MODELS["embedded"])))
         qs = [json.loads(x) for x in QUESTIONS.read_text().splitlines()][:: 240 // n][:n]

@@ -24,11 +24,11 @@ from torch.overrides import TorchFunctionMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from esp.bench import load_questions  # noqa: E402
+from esp.bench.run import load_questions  # noqa: E402
 from esp.cli import add_model_args  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.models import load  # noqa: E402
+from esp.models.loader import load  # noqa: E402
 
 
 class TorchTime(TorchFunctionMode):

@@ -1,4 +1,4 @@
-"""Write a model's calibration prior (esp/prior.py) from development questions: what a fresh hybrid
+"""Write a model's calibration prior (esp/budget/prior.py) from development questions: what a fresh hybrid
 drafter starts from, so that its first prompt is drafted as if it had seen these.
 
     python scripts/make_prior.py [--model embedded] [--questions ../shared/data/spec_bench/question.jsonl]
@@ -6,9 +6,9 @@ drafter starts from, so that its first prompt is drafted as if it had seen these
 
 Each method runs once, hot (`start=hot`, `prior=none`), over the questions in file order; what the
 drafters learned is merged (counts add up per key) and written. By default the file goes where the code
-ships it (`esp/priors/<model>.json`, read for that model by default); `--save` writes this machine's
+ships it (`esp/budget/priors/<model>.json`, read for that model by default); `--save` writes this machine's
 prior instead (the cache, read before the shipped one). Only the development split is read, and by
-default its first question of each category is skipped: those are the questions `esp.bench
+default its first question of each category is skipped: those are the questions `esp.bench.run
 --per-category 1` measures on, so a measured first prompt is never one the prior has seen.
 The shipped prior for the embedded model is regenerated with the defaults (about 5 minutes on 2 cores).
 """
@@ -22,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from esp.bench import load_questions  # noqa: E402
+from esp.bench.run import load_questions  # noqa: E402
 from esp.cli import add_model_args  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.models import load  # noqa: E402
-from esp.prior import SHIPPED, Prior, model_key, save  # noqa: E402
+from esp.models.loader import load  # noqa: E402
+from esp.budget.prior import SHIPPED, Prior, model_key, save  # noqa: E402
 
 METHODS = "hybrid:bc=auto,hybrid:bc=auto:sources=esp,hybrid:bc=auto:sources=table"
 MIN_SEEN = 3  # keys labelled fewer times are left out: the coarser keys already say as much

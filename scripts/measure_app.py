@@ -30,9 +30,9 @@ import plotly.graph_objects as go  # noqa: E402
 
 from explorer.session import Session  # noqa: E402
 from explorer.views import render, status  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.models import load  # noqa: E402
+from esp.models.loader import load  # noqa: E402
 
 PROMPT = "Translate to French: \"The weather is nice today, so we are going to the park after lunch.\""
 

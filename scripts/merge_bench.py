@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.bench import aggregate, alignment_table, table  # noqa: E402
+from esp.bench.run import aggregate, alignment_table, table  # noqa: E402
 
 
 def merge(runs: list[dict], order: list[str] | None = None) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from esp.offline import MODELS  # noqa: E402
+from esp.models.offline import MODELS  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "model_size.json"
 

@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 from components.export import write_trace_json  # noqa: E402
 from components.settings import RunSettings  # noqa: E402
 from esp import methods  # noqa: E402
-from esp.cost import curve_for  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
-from esp.models import EMBEDDED, load  # noqa: E402
+from esp.budget.cost import curve_for  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
+from esp.models.loader import EMBEDDED, load  # noqa: E402
 
 ASSETS = ROOT / "assets"
 COPY_PROMPT = ("Fix the typo in this sentence and write it again: The cat sat on teh mat and looked at the "

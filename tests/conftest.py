@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from esp.overhead import IdTokenizer
-from esp.lm import LM
+from esp.models.lm import IdTokenizer
+from esp.models.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
@@ -77,9 +77,21 @@ def tree_at_start(request):
 @pytest.fixture(scope="session")
 def lm():
     """SmolLM2-135M-Instruct from the embedded GGUF."""
-    from esp.models import load
+    from esp.models.loader import load
 
     return load()
+
+
+@pytest.fixture(scope="session")
+def hf(lm):
+    """The embedded model's converted weights through from_pretrained, as a transformers user loads a model
+    (the `lm` fixture converts them once): (model, tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from esp.models.offline import MODELS, converted
+
+    path = converted(MODELS["embedded"])
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
 
 
 def spec_bench(per_category: int = 1) -> list[dict]:

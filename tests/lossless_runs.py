@@ -6,8 +6,8 @@ from typing import Callable
 
 import torch
 
-from esp.drafters.base import Drafter
-from esp.engine import Decoder
+from esp.decoding.drafter import Drafter
+from esp.decoding.engine import Decoder
 from esp.sampling import Sampling
 
 SAMPLERS = {

@@ -10,7 +10,7 @@ import torch
 
 import esp
 from conftest import ROOT
-from esp.offline import MODELS, converted
+from esp.models.offline import MODELS, converted
 
 PROMPT = "Name three colours."
 

@@ -171,7 +171,7 @@ def _rss_mb() -> float:
 
 
 def test_ten_sessions_at_once_and_memory_stays_flat(client, lm):
-    from esp.engine import Decoder
+    from esp.decoding.engine import Decoder
 
     url = client.src
     clients = [Client(url, verbose=False) for _ in range(10)]

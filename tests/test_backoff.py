@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-from esp import cost
-from esp.budget import LOSS_BUDGET, PLAIN_GAP, Backoff, choose
-from esp.cost import DRIFT, DRIFT_STEPS, CostCurve, smooth
-from esp.drafters.base import Context
+import esp.budget.cost as cost
+from esp.budget.width import LOSS_BUDGET, PLAIN_GAP, Backoff, choose
+from esp.budget.cost import DRIFT, DRIFT_STEPS, CostCurve, smooth
+from esp.decoding.drafter import Context
 from esp.drafters.hybrid import AUTO_CAP, HybridDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.sampling import Sampling
-from esp.tree import DraftTree
+from esp.decoding.tree import DraftTree
 
 # A CPU-like fake machine: a second row costs half a plain step more, 64 rows four plain steps.
 CURVE = ([1, 2, 64], [1.0, 1.5, 4.0])

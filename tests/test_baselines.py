@@ -9,15 +9,15 @@ import torch
 
 from conftest import spec_bench
 from lossless_runs import SAMPLERS
-from esp.drafters.base import Context
+from esp.decoding.drafter import Context
 from esp.drafters.lade import LADEDrafter, remember, window_geometry
 from esp.drafters.pld import lookup
 from esp.drafters.stand import NGramTable, STANDDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
-from esp.tree import best_first
+from esp.decoding.tree import best_first
 
 SPECS = ("pld", "pld:n=2:rule=hf", "stand:bc=20", "lade", "lade:n=3:w=4:g=3")
 

@@ -1,4 +1,4 @@
-"""esp.bench: the oracle columns, the cold / hot protocols and transformers' generate() as a reference row."""
+"""esp.bench.run: the oracle columns, the cold / hot protocols and transformers' generate() as a reference row."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 from conftest import spec_bench
-from esp import bench
-from esp.bench import COLD, HOT, Drafters, protocol_line, protocol_of
+import esp.bench.run as bench
+from esp.bench.run import COLD, HOT, Drafters, protocol_line, protocol_of
 from esp.errors import ESPError
 
 LIMIT_KEYS = {"oracle_speedup", "fraction", "curve_speedup", "flat_speedup", "oracle_width_mean"}

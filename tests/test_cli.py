@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import QUESTIONS, ROOT, spec_bench
-from esp import bench
-from esp.bench import record
-from esp.engine import Decoder
+import esp.bench.run as bench
+from esp.bench.run import record
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
 
@@ -131,7 +131,7 @@ def test_engine_rejects_empty_and_overlong_prompts(lm):
 
 
 def test_unknown_model_names_fail_fast():
-    from esp.models import load
+    from esp.models.loader import load
 
     with pytest.raises(ESPError, match="Unknown model"):
         load("definitely not a model")

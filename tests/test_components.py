@@ -399,7 +399,7 @@ def test_cost_view_prefers_the_step_cost_record(hit):
 
 def test_cost_view_shows_the_oracle_width_beside_the_width_fed(steps, hit):
     from components.cost_view import cost_figure, cost_sentences
-    from esp.oracle import oracle_width
+    from esp.bench.oracle import oracle_width
 
     best = oracle_width(hit)
     assert best == len(hit.accepted_rows) + 2 < len(hit.positions)  # ESP k=2: two masks on the path's end

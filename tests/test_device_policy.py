@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from esp.errors import ESPError
-from esp.lm import LM
-from esp.models import dtype_policy
-from esp.timer import Phases
+from esp.models.lm import LM
+from esp.models.loader import dtype_policy
+from esp.decoding.timer import Phases
 
 
 @pytest.mark.parametrize("device,cap,family,want", [
@@ -73,7 +73,7 @@ def test_phases_time_named_phases_and_lend_time_to_another():
 
 
 def test_decoder_timings_off_keeps_the_same_tokens_and_phases(tiny_lm):
-    from esp.engine import Decoder
+    from esp.decoding.engine import Decoder
     from esp.methods import build
 
     lm = tiny_lm("llama")

@@ -8,11 +8,11 @@ import torch
 
 from esp.drafters.esp import ESPConfig, default_shape
 from esp.errors import ESPError
-from esp.kvcache import commit
-from esp.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
+from esp.decoding.kvcache import commit
+from esp.decoding.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
 from esp.sampling import Sampling, draw, probs, top_k
-from esp.tree import DraftTree, dynamic_tree, static_tree
-from esp.verify import verify
+from esp.decoding.tree import DraftTree, dynamic_tree, static_tree
+from esp.decoding.verify import verify
 
 
 def _dist(v: int, ranked: list[int]) -> torch.Tensor:
@@ -203,7 +203,7 @@ def test_commit_keeps_prefix_and_accepted_rows_in_order():
 
 def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
     """m <- m + lambda (e(x) - m) per emitted token, from the mean of the prompt's embeddings."""
-    from esp.drafters.base import Context
+    from esp.decoding.drafter import Context
     from esp.drafters.esp import MaskEmbedding
 
     lm = tiny_lm("llama")

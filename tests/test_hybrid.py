@@ -8,14 +8,14 @@ import torch
 
 from conftest import ARCHS, spec_bench
 from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
-from esp import cost
-from esp.budget import choose
-from esp.calibrate import Calibrator, bucket
-from esp.cost import CostCurve, curve_for
-from esp.drafters.base import Context
+import esp.budget.cost as cost
+from esp.budget.width import choose
+from esp.budget.calibrate import Calibrator, bucket
+from esp.budget.cost import CostCurve, curve_for
+from esp.decoding.drafter import Context
 from esp.drafters.hybrid import HybridDrafter
 from esp.drafters.pld import continuations
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
@@ -107,7 +107,7 @@ def test_a_fake_cost_curve_decides_the_width_exactly():
 
 def test_the_early_plain_step_is_exactly_the_full_choice(monkeypatch):
     """The early plain step skips the width tables only where they would have picked the plain step anyway."""
-    import esp.budget as budget
+    import esp.budget.width as budget
 
     real, said = budget.best_rate, []
     monkeypatch.setattr(budget, "best_rate", lambda *a: said.append(real(*a)) or said[-1])

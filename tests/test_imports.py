@@ -98,8 +98,8 @@ def test_cycle_finder_finds_a_circle():
 
 def test_the_import_graph_has_no_cycle():
     g = graph()
-    assert {"esp.models", "esp.offline", "esp.cost", "esp.paths", "esp.drafters.hybrid"} <= set(g)
-    assert "esp.paths" in g["esp.cost"] and "esp.offline" not in g["esp.cost"]
+    assert {"esp.models.loader", "esp.models.offline", "esp.budget.cost", "esp.paths", "esp.drafters.hybrid"} <= set(g)
+    assert "esp.paths" in g["esp.budget.cost"] and "esp.models.offline" not in g["esp.budget.cost"]
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
@@ -118,8 +118,8 @@ def reaches(g: dict[str, set[str]], start: set[str], target: str) -> bool:
 
 def test_no_program_imports_its_own_module_back():
     """`python -m esp.x` runs x as `__main__`: if what its main guard imports leads back to esp.x, the file is
-    imported a second time as esp.x, two copies of one module (the circle esp.offline had: its main guard ran
-    esp.offline_cli, which imports esp.models, which imports esp.offline)."""
+    imported a second time as esp.x, two copies of one module (the circle esp.models.offline had: its main guard ran
+    esp.offline_cli, which imports esp.models.loader, which imports esp.models.offline)."""
     files = sorted(PACKAGE.rglob("*.py"))
     modules = {_module(f) for f in files}
     g = graph()
@@ -129,16 +129,48 @@ def test_no_program_imports_its_own_module_back():
     assert not reaches({"a": set(), "b": set()}, {"b"}, "a")
     # The finder on the old esp/offline.py's shape: it sees the guard's import and the way back.
     old = "from .errors import ESPError\nif __name__ == '__main__':\n    from esp.offline_cli import main\n    main()\n"
-    run = imports_in(old, "esp.offline", False, modules, program=True)
-    assert run == {"esp.offline_cli"} and reaches(g, run, "esp.offline")
+    run = imports_in(old, "esp.models.offline", False, modules, program=True)
+    assert run == {"esp.offline_cli"} and reaches(g, run, "esp.models.offline")
 
 
 def test_modules_import_alone_in_the_order_that_used_to_close_the_circle():
     """Each in a fresh interpreter: the cost curves first (they reached back up to the offline models), then
-    the loader; and the offline CLI still runs as `python -m esp.offline`."""
-    code = "import esp.cost, esp.drafters.hybrid, esp.models, esp.offline, esp.offline_cli, esp.bench; print('ok')"
+    the loader; and the offline CLI still runs as `python -m esp.models.offline`."""
+    code = "import esp.budget.cost, esp.drafters.hybrid, esp.models.loader, esp.models.offline, esp.offline_cli, esp.bench.run; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
-    r = subprocess.run([sys.executable, "-m", "esp.offline", "no-such-model"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "esp.models.offline", "no-such-model"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().startswith("error: Unknown offline model 'no-such-model'")
+
+
+# The engine's folders by role, lowest first: a module may import its own folder and the ones below it,
+# never one above (the loose top-level modules: leaves such as esp.errors below everything, the public
+# entry points such as esp.api and esp.methods above every folder but the bench).
+LAYERS = ("leaf", "esp.models", "esp.decoding", "esp.budget", "esp.drafters", "top", "esp.bench", "esp.console")
+LEAVES = {"esp.errors", "esp.trace", "esp.sampling", "esp.device", "esp.paths"}
+
+
+def layer(module: str) -> int:
+    if module in LEAVES:
+        return 0
+    if module == "esp.console" or module.endswith(".__main__"):  # programs: they run the layers, nothing imports them
+        return len(LAYERS) - 1
+    folder = ".".join(module.split(".")[:2])
+    return LAYERS.index(folder) if folder in LAYERS else LAYERS.index("top")
+
+
+def test_no_import_runs_back_up_between_the_engines_folders():
+    g = graph()
+    assert layer("esp.decoding.engine") < layer("esp.budget.cost") < layer("esp.drafters.hybrid") < layer("esp.api")
+    up = sorted(f"{m} -> {d}" for m, deps in g.items() for d in deps if layer(d) > layer(m))
+    assert not up, up
+    assert layer("esp.bench.run") > layer("esp.methods")  # the bench measures the public methods
+
+
+def test_the_public_functions_are_not_shadowed_by_the_folders():
+    """`esp.decode` is the public function, not a folder: importing every folder leaves it callable."""
+    code = ("import esp, esp.decoding.engine, esp.decoding.timer, esp.budget.cost, esp.bench.run, esp.models.loader; "
+            "print(callable(esp.decode), callable(esp.stream))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "True True", r.stderr[-2000:]

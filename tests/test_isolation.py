@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import esp.cost as cost
-import esp.timer as timer
-from esp.cost import CostCurve
+import esp.budget.cost as cost
+import esp.decoding.timer as timer
+from esp.budget.cost import CostCurve
 from esp.drafters.hybrid import HybridDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.methods import build
 
 SPECS = ["hybrid:bc=auto", "hybrid:bc=auto:sources=esp", "hybrid:bc=auto:sources=lookup+table",

@@ -7,7 +7,7 @@ import torch
 from conftest import ARCHS, spec_bench
 from lossless_runs import SAMPLERS
 from esp.drafters.esp import ESPConfig, ESPDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.sampling import Sampling
 
 

@@ -1,4 +1,4 @@
-"""Lossless in bf16 on the CPU, by esp.verdict: every method against ar is exact or a rounding near-tie, never
+"""Lossless in bf16 on the CPU, by esp.bench.verdict: every method against ar is exact or a rounding near-tie, never
 a failure; and real faults (a rejected row committed to the cache, a mask at a wrong position) come out as
 failures, not as near-ties that the tolerance would hide."""
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from conftest import ARCHS, spec_bench
-from esp import engine
-from esp.engine import Decoder
-from esp.layout import EfficientLayouts
-from esp.lm import LM
+import esp.decoding.engine as engine
+from esp.decoding.engine import Decoder
+from esp.decoding.layout import EfficientLayouts
+from esp.models.lm import LM
 from esp.methods import build
-from esp.overhead import IdTokenizer
-from esp.verdict import EXACT, FAILURE, classify, tally
+from esp.models.lm import IdTokenizer
+from esp.bench.verdict import EXACT, FAILURE, classify, tally
 
 METHODS = ("ar", "esp:k=2:bc=30", "pld", "stand", "lade", "hybrid:bc=30")
 
@@ -35,7 +35,7 @@ def _top2(g) -> list[list]:
 
 @pytest.fixture(scope="module")
 def lm_bf16():
-    from esp.models import load
+    from esp.models.loader import load
 
     return load(dtype="bfloat16")
 

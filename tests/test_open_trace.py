@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import json, sys
 sys.path.insert(0, {root!r})
-import esp.models
+import esp.models.loader
 def refuse(*args):
     raise RuntimeError("a model was loaded")
-esp.models._load = refuse
+esp.models.loader._load = refuse
 import plotly.graph_objects as go
 import app
 from explorer import calls, views as shown

@@ -1,12 +1,12 @@
-"""esp.oracle: each step's cheapest feed for the same tokens, and the run priced on a cost curve."""
+"""esp.bench.oracle: each step's cheapest feed for the same tokens, and the run priced on a cost curve."""
 from __future__ import annotations
 
 import pytest
 
-from esp.bench import aggregate
-from esp.engine import Decoder
+from esp.bench.run import aggregate
+from esp.decoding.engine import Decoder
 from esp.methods import build
-from esp.oracle import cheapest, lead, mask_rows, oracle_width, price
+from esp.bench.oracle import cheapest, lead, mask_rows, oracle_width, price
 from esp.trace import ACCEPTED, REJECTED, ROOT, NodeTrace, StepTrace
 
 

@@ -52,7 +52,7 @@ def test_the_wheel_holds_only_the_engine_package(wheel):
     names = set(wheel.namelist())
     ours = {n for n in names if not n.startswith("esp_explorer-0.1.0.dist-info/")}
     assert ours == engine_files()  # every engine file (package data included), and nothing of the app
-    assert "esp/offline/__main__.py" in ours and not any(n.startswith(("explorer/", "components/")) for n in names)
+    assert "esp/models/offline/__main__.py" in ours and not any(n.startswith(("explorer/", "components/")) for n in names)
 
 
 def _imports(path, top_level_only: bool) -> set[str]:

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-import esp.prior as prior
+import esp.budget.prior as prior
 from conftest import script_module
-from esp.cost import CostCurve
+from esp.budget.cost import CostCurve
 from esp.drafters.hybrid import HybridDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 
 FLAT = CostCurve([1, 64], [1.0, 1.0], rate=0.0)
 PROMPT = [5, 17, 9, 33, 2, 41, 8, 3, 60, 12]

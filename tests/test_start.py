@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from esp.cost import CostCurve
+from esp.budget.cost import CostCurve
 from esp.drafters.hybrid import HybridDrafter
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
 

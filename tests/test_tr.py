@@ -8,12 +8,12 @@ import torch
 
 from conftest import ARCHS, spec_bench
 from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
-from esp.drafters.base import Proposal, StepResult
+from esp.decoding.drafter import Proposal, StepResult
 from esp.drafters.tr import PAPER, TEMPLATES, WIDTH, Template, TRDrafter, recycle
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import available, build
-from esp.tree import DraftTree
+from esp.decoding.tree import DraftTree
 
 def test_paper_template_is_the_official_80_nodes_and_small_is_its_rank_sum_1_part():
     paper = Template(TEMPLATES["paper"])

@@ -209,7 +209,7 @@ class _FakeLM:
 
 
 def test_the_engine_refuses_ids_outside_the_vocabulary(lm):
-    from esp.engine import Decoder
+    from esp.decoding.engine import Decoder
 
     with pytest.raises(ESPError, match="Token id 49152 is outside this model's vocabulary"):
         Decoder(lm).check_prompt([1, 2, 49_152])

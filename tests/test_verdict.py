@@ -1,7 +1,7 @@
-"""The lossless verdict's classifier on synthetic logits (esp.verdict)."""
+"""The lossless verdict's classifier on synthetic logits (esp.bench.verdict)."""
 import pytest
 
-from esp.verdict import EXACT, FAILURE, NEAR_TIE, TIE_ULPS, classify, dtype_name, tally, ulp
+from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, TIE_ULPS, classify, dtype_name, tally, ulp
 
 
 def row(a, za, b, zb):

@@ -1,12 +1,12 @@
-"""What-if re-runs of a stored step (esp/whatif.py) on the embedded model: same root, lossless tokens."""
+"""What-if re-runs of a stored step (esp/bench/whatif.py) on the embedded model: same root, lossless tokens."""
 from __future__ import annotations
 
 import pytest
 
-from esp.engine import Decoder
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
-from esp.whatif import whatif_step
+from esp.bench.whatif import whatif_step
 
 PROMPT = "Count from 1 to 20, separated by commas."
 
@@ -46,7 +46,7 @@ def test_bad_step_is_one_clear_line(lm, stored):
 
 
 def test_a_stored_root_the_replay_does_not_choose_is_a_failure_not_a_near_tie(lm, stored):
-    """The root check uses esp.verdict: a root outside the replay's top two is named as a real difference."""
+    """The root check uses esp.bench.verdict: a root outside the replay's top two is named as a real difference."""
     from dataclasses import replace
 
     ids, steps = stored

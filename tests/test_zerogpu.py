@@ -38,7 +38,7 @@ def _run(session, **kwargs):
 
 
 def test_run_rebuilds_the_session_in_the_main_process(emulated, lm):
-    from esp.engine import Decoder
+    from esp.decoding.engine import Decoder
     from explorer.session import Session
 
     session = Session()
@@ -151,7 +151,7 @@ def test_the_emulation_aborts_at_the_duration_and_passes_only_the_error_class(em
 
 
 def test_cuda_raises_in_the_main_process_only(emulated):
-    from esp.models import load
+    from esp.models.loader import load
     from explorer import emulation
 
     assert torch.cuda.is_available()  # as ZeroGPU makes it look in the main process

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..alignment import AlignmentTracker
-from ..errors import ESPError
-from ..tree import DraftTree, dynamic_tree, static_tree
-from ..trace import ESP
-from .base import Context, Drafter, Notes, Proposal, StepResult
+from esp.drafters.alignment import AlignmentTracker
+from esp.errors import ESPError
+from esp.decoding.tree import DraftTree, dynamic_tree, static_tree
+from esp.trace import ESP
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 
 # The paper's static shapes per (BC, k).
 PAPER_SHAPES = {

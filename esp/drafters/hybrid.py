@@ -21,11 +21,11 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
   geometrically growing gaps; its docstring states the regret bound.
 - Start (`start=cold|hot`). Cold (the default): every prompt starts from the model's calibration prior
-  (`esp.prior`: saved on this machine or shipped for the embedded model), an empty table, no earlier
+  (`esp.budget.prior`: saved on this machine or shipped for the embedded model), an empty table, no earlier
   text to copy from and a fresh back-off, exactly as a drafter built for that prompt would. Hot: the
   table, the lookup history (earlier prompts and their outputs), the calibration and the back-off are
   kept across prompts by this drafter object (the official Token Recycling protocol, `tr:start=hot`).
-  Either way the cost curve is this drafter's own copy of the machine's (`esp.cost`), and nothing
+  Either way the cost curve is this drafter's own copy of the machine's (`esp.budget.cost`), and nothing
   a drafter learns reaches another drafter.
 Every choice is deterministic given the text and the measured times; nothing is sampled but the
 target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
@@ -39,20 +39,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..budget import Backoff, Choice, best_rate, choose
-from ..calibrate import Calibrator, bucket
-from ..cost import CostCurve, curve_for, refresh
-from ..device import read_all
-from ..errors import ESPError
-from ..prior import Prior, prior_for
-from ..sampling import draw, top_k
-from ..sampling import probs as target_probs
-from ..trace import ESP, LOOKUP, SOURCES, TABLE
-from ..tree import DraftTree
-from .base import Context, Drafter, Notes, Proposal, StepResult
-from .esp import INITS, MaskEmbedding
-from .pld import continuations
-from .stand import NGramTable
+from esp.budget.width import Backoff, BatchWidth, Choice, best_rate, by_rows, choose
+from esp.budget.calibrate import Calibrator, bucket
+from esp.budget.cost import CostCurve, curve_for, refresh
+from esp.device import read_all
+from esp.errors import ESPError
+from esp.budget.prior import Prior, prior_for
+from esp.sampling import draw, top_k
+from esp.sampling import probs as target_probs
+from esp.trace import ESP, LOOKUP, SOURCES, TABLE
+from esp.decoding.tree import DraftTree
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
+from esp.drafters.esp import INITS, MaskEmbedding
+from esp.drafters.pld import continuations
+from esp.drafters.stand import NGramTable
 
 AUTO = "auto"
 AUTO_CAP = 64  # widest block bc=auto considers (a CPU never gets there; a GPU rarely needs more)
@@ -87,6 +87,7 @@ class HybridDrafter(Drafter):
     """One calibrated, cost-budgeted tree from any subset of ESP masks, lookup and the logit table."""
 
     backoff: Backoff | None = None  # bc=auto: made at a cold prompt (or a hot drafter's first), then kept
+    guard: Backoff | None = None  # the back-off this prompt books its steps with (none in a batch)
 
     def __init__(self, bc: int | str = AUTO, k: int = 1, lam: float = 0.1, init: str = "mean",
                  sources: tuple[str, ...] = (ESP, LOOKUP, TABLE), top: int = TOP, n: int = 4,
@@ -150,7 +151,7 @@ class HybridDrafter(Drafter):
         self.backoff = None
 
     def learned(self) -> Prior:
-        """What this drafter has learned so far, as a prior (a copy: `esp.prior.save` writes it)."""
+        """What this drafter has learned so far, as a prior (a copy: `esp.budget.prior.save` writes it)."""
         key = "+".join(self.sources)
         return Prior(self.calibrator.counts, {key: self.mask_value}, {key: self.reliability}).copy()
 
@@ -169,43 +170,61 @@ class HybridDrafter(Drafter):
         else:
             self.history = np.concatenate([self.history, np.asarray(self.text, dtype=np.int64)])[-HISTORY:]
         self.text = ctx.tokens  # the engine extends this list as the prompt's output grows
-        if self.bc == AUTO:
+        self.guard = None  # this prompt's back-off: in a batch, the batch budget backs off for all rows
+        if self.bc == AUTO and not ctx.batched:
             if self.backoff is None:
                 self.backoff = Backoff()
-            self.backoff.start()
+            self.guard = self.backoff
+            self.guard.start()
         if TABLE in self.sources:
             self.table.seed(ctx.tokens)
         if self.mask:
             self.mask.start(ctx)
         self.esp_top: list[list[tuple[int, int, int]]] | None = None  # per depth: ESP's (token, band, rank)
         self.cands: dict[int, list[Candidate]] = {}
+        self.drafted: tuple[int, DraftTree, np.ndarray] | None = None  # (step, tree, P) grown this step
         self.choice = None
         self.since_esp = 0  # steps since ESP drafts were last available
 
     # ------------------------------------------------------------------ drafting
 
-    def propose(self, ctx: Context) -> Proposal:
+    def batch_planner(self) -> BatchWidth | None:
+        """bc=auto in a batch: one width for all rows, from every row's offer (see `offer`)."""
+        return BatchWidth(PLAIN_MARGIN) if self.bc == AUTO else None
+
+    def offer(self, ctx: Context) -> np.ndarray:
+        """This step's candidates, grown now, as the most expected tokens a block of at most r rows would
+        give, r = 0..cap (a batch budget picks one width for all rows from these; `propose` then reuses them)."""
+        tree, p = self._draft(ctx)
+        best = by_rows(p, tree.parents[1:], self.k, self._mask_value(self.k), self.cap)
+        for j in range(min(self.k, 1), self.k):  # fewer masks per node compete with k, as in `propose`
+            best = np.maximum(best, by_rows(p, tree.parents[1:], j, self._mask_value(j), self.cap))
+        return best
+
+    def propose(self, ctx: Context, rows: int | None = None) -> Proposal:
+        """The step's block: its width chosen here (bc=auto: by measured cost; bc=N: N rows), or at most
+        `rows` rows when a batch budget chose the width."""
         self.t0 = self.clock()
-        if self.backoff is not None and not self.backoff.drafting and ctx.step > 0:
+        drafted = self.drafted if self.drafted is not None and self.drafted[0] == ctx.step else None
+        plain = rows == 1 and drafted is None
+        if plain or (rows is None and self.guard is not None and not self.guard.drafting and ctx.step > 0):
             # Backed off: a plain step, with none of the drafting's Python.
             self.cands, self.path_of, self.gain, self.esp_top = {}, {0: ()}, 1.0, None
             self.choice = Choice(0, (), 1, 1.0, self.curve.predict(1))
             return Proposal(DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]))
-        self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
-        tree, self.cands = self._grow(ctx)
-        self.gain = gain = self.reliability[0] / self.reliability[1]
-        p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
-        cost = None if self.bc != AUTO else self.curve.table(self.cap)
+        tree, p = drafted[1:] if drafted is not None else self._draft(ctx)
+        cap = self.cap if rows is None else rows
+        cost = None if self.bc != AUTO or rows is not None else self.curve.table(self.cap)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
-        c = max((choose(p, tree.parents[1:], j, self._mask_value(j), self.cap, cost, margin=PLAIN_MARGIN)
+        c = max((choose(p, tree.parents[1:], j, self._mask_value(j), cap, cost, margin=PLAIN_MARGIN)
                  for j in range(min(self.k, 1), self.k + 1)), key=Choice.score)
         value = self._mask_value(self.k)
-        if self.k and not c.masked and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
+        if self.k and not c.masked and cap > self.k and (ctx.step == 0 or self.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
             floor = None if ctx.step == 0 or cost is None else (1 - PROBE_LOSS) * c.expected / c.seconds
             if floor is None or best_rate(p, value, cost, 1 + self.k) >= floor:
-                probe = choose(p, tree.parents[1:], self.k, value, self.cap, cost, force_mask=True)
+                probe = choose(p, tree.parents[1:], self.k, value, cap, cost, force_mask=True)
                 if floor is None or probe.expected / probe.seconds >= floor:
                     c = probe
         self.choice = c
@@ -214,6 +233,15 @@ class HybridDrafter(Drafter):
         embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
         return Proposal(fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True)
+
+    def _draft(self, ctx: Context) -> tuple[DraftTree, np.ndarray]:
+        """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability."""
+        self.known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
+        tree, self.cands = self._grow(ctx)
+        self.gain = gain = self.reliability[0] / self.reliability[1]
+        p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
+        self.drafted = (ctx.step, tree, p)
+        return tree, p
 
     def _grow(self, ctx: Context) -> tuple[DraftTree, dict[int, list[Candidate]]]:
         """Best-first by P over the merged candidates, up to the cap (bc=auto: while P can still pay)."""
@@ -354,7 +382,7 @@ class HybridDrafter(Drafter):
                 t[1] += 1
         for keys, (accepted, seen) in tally.items():
             self.calibrator.update(keys, accepted, seen)
-        # The fed tree may be a cut of the proposal (esp.whatif feeds the root alone at a resumed prefill).
+        # The fed tree may be a cut of the proposal (esp.bench.whatif feeds the root alone at a resumed prefill).
         self.reliability[0] += len(res.path) - 1
         self.reliability[1] += sum((tree.p or [1.0])[1:])
         best = self.cands.get(0)
@@ -386,7 +414,7 @@ class HybridDrafter(Drafter):
                                 for tt, pp, n in zip(got[0], got[1], keep)]
                 got = got[2:]
             notes.ema = MaskEmbedding.named(got[0])
-        c, rows, guard = self.choice, res.layout.size, self.backoff
+        c, rows, guard = self.choice, res.layout.size, self.guard
         mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
         if ctx.step > 0:  # the prefill's forward also holds the prompt: not a point on the curve nor a step to book
             if guard is not None:

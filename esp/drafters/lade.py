@@ -28,11 +28,11 @@ import random
 
 import torch
 
-from ..errors import ESPError
-from ..layout import Extra
-from ..tree import DraftTree
-from ..trace import POOL
-from .base import Context, Drafter, Notes, Proposal, StepResult
+from esp.errors import ESPError
+from esp.decoding.layout import Extra
+from esp.decoding.tree import DraftTree
+from esp.trace import POOL
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 
 
 @functools.lru_cache(maxsize=64)

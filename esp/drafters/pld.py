@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import ESPError
-from ..tree import DraftTree
-from ..trace import LOOKUP
-from .base import Context, Drafter, Proposal
+from esp.errors import ESPError
+from esp.decoding.tree import DraftTree
+from esp.trace import LOOKUP
+from esp.decoding.drafter import Context, Drafter, Proposal
 
 RULES = ("pld", "hf")
 

@@ -12,7 +12,7 @@ No official code exists; the choices the paper leaves open are ours and all keep
 - Updates: after every verification, the target's distributions at the root and at each accepted node
   (their contexts are now committed text) are added for all 1..4-token suffixes.
 - Drafting: lookup backs off from the longest suffix (4) to 1 token. The tree is grown best-first by
-  cumulative probability (`esp.tree.best_first`) to bc - 1 nodes (STAND feeds no masks, so a forward
+  cumulative probability (`esp.decoding.tree.best_first`) to bc - 1 nodes (STAND feeds no masks, so a forward
   holds at most bc tokens). Greedy: a node's children are tried in stored order (top-c); sampling:
   in Gumbel-top-c order, from a generator seeded by (seed, step) so runs repeat exactly.
 """
@@ -23,12 +23,12 @@ from typing import Sequence
 
 import torch
 
-from ..device import read_all
-from ..errors import ESPError
-from ..sampling import probs as target_probs
-from ..tree import best_first
-from ..trace import TABLE
-from .base import Context, Drafter, Notes, Proposal, StepResult
+from esp.device import read_all
+from esp.errors import ESPError
+from esp.sampling import probs as target_probs
+from esp.decoding.tree import best_first
+from esp.trace import TABLE
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 
 
 class NGramTable:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ESPError
-from ..sampling import top_k
-from ..trace import TABLE
-from ..tree import DraftTree
-from .base import Context, Drafter, Notes, Proposal, StepResult
+from esp.errors import ESPError
+from esp.sampling import top_k
+from esp.trace import TABLE
+from esp.decoding.tree import DraftTree
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 
 WIDTH = 8  # successors kept per token: the paper's k (the template's ranks run 0..7)
 # The paper's template as rank paths ("01" = the 2nd successor of the root's 1st), parents first.

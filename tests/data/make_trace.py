@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from components.export import write_trace_json  # noqa: E402
-from esp.engine import Decoder  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
-from esp.models import load  # noqa: E402
+from esp.models.loader import load  # noqa: E402
 
 SPEC = "esp:k=2:bc=30"
 # Counting drafts well, so the trace holds accepted paths and accepted alignment records.

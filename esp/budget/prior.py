@@ -1,6 +1,6 @@
 """What a fresh hybrid drafter knows about its model before its first prompt: a calibration prior.
 
-A drafter learns P(accept) per candidate feature (`esp.calibrate.Calibrator`), how much its mask drafts add
+A drafter learns P(accept) per candidate feature (`esp.budget.calibrate.Calibrator`), how much its mask drafts add
 and how optimistic its path probabilities run (`reliability`). Learned from scratch, the first prompt pays
 for the lesson: every ESP candidate starts at the calibrator's flat 0.2, so the first steps feed rows that
 a calibrated drafter would not. A prior is that learning saved from earlier prompts of the same model:
@@ -9,7 +9,7 @@ a calibrated drafter would not. A prior is that learning saved from earlier prom
   else one shipped with the code (`esp/priors/`, for the embedded model; `scripts/make_prior.py` writes
   it from development questions only), else none;
 - the process keeps each prior read-only; every drafter starts from its own `copy()`, so drafters never
-  share what they learn (see `esp.cost` for the same rule on cost curves).
+  share what they learn (see `esp.budget.cost` for the same rule on cost curves).
 
 Counts are capped at `CAP` labels per key when saved: the prior tells a fresh drafter where to start,
 and a prompt's own labels can still move it.
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import cache_root
+from esp.paths import cache_root
 
 CAP = 200.0  # labels kept per calibration key in a saved prior
 SHIPPED = Path(__file__).with_name("priors")

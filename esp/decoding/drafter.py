@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from ..layout import Extra, Layout
-from ..lm import LM
-from ..sampling import Sampling
-from ..timer import Phases
-from ..tree import DraftTree
+from esp.decoding.layout import Extra, Layout
+from esp.models.lm import LM
+from esp.sampling import Sampling
+from esp.decoding.timer import Phases
+from esp.decoding.tree import DraftTree
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Context:
     sampling: Sampling
     step: int
     align: bool = False  # collect per-layer alignment (ESP)
+    batched: bool = False  # decoded in a batch: a batch budget may set the step's width (Drafter.offer)
 
 
 @dataclass
@@ -97,5 +99,21 @@ class Drafter:
         """Learn from the verified step; return what goes into its trace."""
         return Notes()
 
+    def batch_planner(self) -> "BatchPlanner | None":
+        """What picks one block width for a batch of drafters like this one (each row's `propose` then takes
+        `rows`, the width it may fill); None: every row proposes its own block, as it would alone."""
+        return None
+
     def describe(self) -> str:
         return self.name
+
+
+class BatchPlanner(Protocol):
+    """One width for every row of a batch: a batch forward pads each row's block to the widest, so widths
+    are chosen for the batch as a whole."""
+
+    def width(self, drafters: list[Drafter], ctxs: list[Context]) -> int | None:
+        """Rows per sequence this step (None: each drafter chooses its own)."""
+
+    def observe(self, width: int, tokens: int, seconds: float) -> None:
+        """Book the step: its width, the tokens all rows emitted, its wall seconds."""

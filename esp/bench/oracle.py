@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .trace import StepTrace
+from esp.trace import StepTrace
 
 
 def lead(step: StepTrace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .trace import AlignmentTrace
+from esp.trace import AlignmentTrace
 
 
 class AlignmentTracker:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .device import to_device
+from esp.device import to_device
 
 
 class LM:
@@ -67,30 +67,36 @@ class LM:
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """One forward over a block. `mask` is (1, 1, q, past + q) additive; returns post-norm hidden
         rows (q, H) and, if asked, every layer's hidden states (embeddings first, post-norm last).
+        A batch: (B, q, H) embeddings, (B, q) positions and a (B, 1, q, past + q) mask give (B, q, H).
         `max_pos`, the largest of `positions` when the caller knows it, spares a device read."""
-        pos = positions.view(1, -1)
+        batched = embeds.dim() == 3
+        pos = positions if batched else positions.view(1, -1)
         attn = mask
         if self._layer_types:
             top = int(pos.max()) if max_pos is None and self._window else max_pos
-            attn = {t: self._windowed(mask, pos[0], top) if t == "sliding_attention" else mask for t in self._layer_types}
+            attn = {t: self._windowed(mask, pos, top) if t == "sliding_attention" else mask for t in self._layer_types}
         out = self._decoder(
-            inputs_embeds=embeds[None],
+            inputs_embeds=embeds if batched else embeds[None],
             attention_mask=attn,
             position_ids=pos,
             cache=cache,
             use_cache=True,
             output_hidden_states=layers,
         )
+        if batched:
+            return out.last_hidden_state, out.hidden_states if layers else None
         hs = tuple(h[0] for h in out.hidden_states) if layers else None
         return out.last_hidden_state[0], hs
 
     def _windowed(self, mask: torch.Tensor, qpos: torch.Tensor, top: int | None) -> torch.Tensor:
+        """`mask` with keys a window or more behind each query blocked; `qpos` is (B, q). A row's cached
+        slot j holds its position j (both loops keep each row's tokens in order from slot 0)."""
         if not self._window or top < self._window:
             return mask
-        past = mask.shape[-1] - qpos.numel()
-        kpos = torch.cat([torch.arange(past, device=qpos.device), qpos])
-        far = (qpos[:, None] - kpos[None, :]) >= self._window
-        return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+        past = mask.shape[-1] - qpos.shape[-1]
+        kpos = torch.cat([torch.arange(past, device=qpos.device).expand(qpos.shape[0], -1), qpos], 1)
+        far = (qpos[:, :, None] - kpos[:, None, :]) >= self._window
+        return mask.masked_fill(far[:, None], torch.finfo(mask.dtype).min)
 
     def text(self, token: int) -> str:
         """Decoded text of one token (memoised)."""
@@ -111,3 +117,16 @@ class LM:
             ids = enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc
             return list(ids)
         return self.tokenizer(prompt)["input_ids"]
+
+
+class IdTokenizer:
+    """Enough of a tokenizer for random-weight models: ids are their own text, and nothing ends a run."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def decode(self, ids, **_) -> str:
+        return " ".join(str(i) for i in ids)
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [int(x) for x in text.split()]}

@@ -66,19 +66,7 @@ def choose(
         plain = (1 + margin) / float(cost[1])
         if best_rate(p, mask_value if m_max else 0.0, cost[: max(cap, 1) + 1], 2) * (1 + 1e-9) < plain:
             return Choice(0, (), 1, 1.0, float(cost[1]), k)  # exactly what the tables would pick; the slack covers rounding
-    full = np.concatenate([np.ones(1), p])  # path probability per tree index, root = 1
-    served = np.zeros((n_cand + 1, n_cand + 1))  # [v, n]: P of v's children among the first n
-    if n_cand:
-        child = np.zeros((n_cand + 1, n_cand))
-        child[np.asarray(parents[:n_cand]), np.arange(n_cand)] = 1.0
-        served[:, 1:] = (child * p[None, :]).cumsum(1)
-    exists = np.arange(n_cand + 1)[:, None] <= np.arange(n_cand + 1)[None, :]
-    p_end = np.where(exists, full[:, None] - served, -1.0)
-    top = -np.sort(-p_end, axis=0)[:m_max].cumsum(0)  # [m-1, n]: best m masked nodes
-    gain = np.concatenate([np.zeros((1, n_cand + 1)), mask_value * top])  # [m, n]
-    nodes = np.concatenate([np.zeros(1), p.cumsum(0)])  # [n]
-    expected = 1.0 + nodes[None, :] + gain
-    rows = 1 + np.arange(n_cand + 1)[None, :] + k * np.arange(m_max + 1)[:, None]
+    expected, rows, p_end = _tables(p, parents, k, mask_value, m_max)
     ok = rows <= max(cap, 1)
     if force_mask and m_max:
         ok[0] = False
@@ -93,6 +81,38 @@ def choose(
     masked = tuple(sorted(np.argsort(-p_end[:, n], kind="stable")[:m].tolist()))
     r = int(rows[m, n])
     return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]), k)
+
+
+def _tables(p: np.ndarray, parents: list[int], k: int, mask_value: float, m_max: int):
+    """expected[m, n] and rows[m, n] of feeding the first n candidates and k masks on the m best nodes,
+    and p_end[v, n], the chance that the accepted path ends at node v with n candidates fed."""
+    n_cand = p.size
+    full = np.concatenate([np.ones(1), p])  # path probability per tree index, root = 1
+    served = np.zeros((n_cand + 1, n_cand + 1))  # [v, n]: P of v's children among the first n
+    if n_cand:
+        child = np.zeros((n_cand + 1, n_cand))
+        child[np.asarray(parents[:n_cand]), np.arange(n_cand)] = 1.0
+        served[:, 1:] = (child * p[None, :]).cumsum(1)
+    exists = np.arange(n_cand + 1)[:, None] <= np.arange(n_cand + 1)[None, :]
+    p_end = np.where(exists, full[:, None] - served, -1.0)
+    top = -np.sort(-p_end, axis=0)[:m_max].cumsum(0)  # [m-1, n]: best m masked nodes
+    gain = np.concatenate([np.zeros((1, n_cand + 1)), mask_value * top])  # [m, n]
+    nodes = np.concatenate([np.zeros(1), p.cumsum(0)])  # [n]
+    expected = 1.0 + nodes[None, :] + gain
+    rows = 1 + np.arange(n_cand + 1)[None, :] + k * np.arange(m_max + 1)[:, None]
+    return expected, rows, p_end
+
+
+def by_rows(p, parents: list[int], k: int, mask_value: float, cap: int, max_masked: int = 16) -> np.ndarray:
+    """The most expected tokens any choice of at most r rows gives, for r = 0..cap (index 0 is 0): what one
+    row of a batch offers at each width (`BatchWidth`), from `choose`'s tables under a flat cost."""
+    p = np.asarray(p, dtype=np.float64)[: max(cap - 1, 0)]
+    m_max = 0 if k <= 0 or mask_value <= 0 else min(p.size + 1, max_masked, (cap - 1) // k)
+    expected, rows, _ = _tables(p, parents, k, mask_value, m_max)
+    best = np.zeros(cap + 1)
+    fits = rows <= cap
+    np.maximum.at(best, rows[fits], expected[fits])
+    return np.maximum.accumulate(best)
 
 
 def best_rate(p, mask_value: float, cost, lo: int) -> float:
@@ -189,3 +209,43 @@ class Backoff:
                 "loss": round(self.loss / t1, 3) if t1 else 0.0, "gain": round(self.gain / t1, 3) if t1 else 0.0,
                 "t1_s": round(t1, 6), "draft_rate": rate(self.prompt["draft"]), "plain_rate": rate(self.prompt["plain"]),
                 "draft_rate_all": rate(self.life["draft"]), "plain_rate_all": rate(self.life["plain"])}
+
+
+class BatchWidth:
+    """`bc=auto` over a batch: one width Q for every row, since a batch forward pads each row's block to the
+    widest. Each row offers the most expected tokens it can add at every width (`by_rows`); Q maximises the
+    batch's expected tokens per second, sum of offers at Q / t(B Q), on the rows' measured curve, and
+    beats plain rows (Q = 1, what batched greedy decoding feeds) only by `margin`. A `Backoff` books the
+    batch's drafted steps against its plain ones (per row: tokens / B), so where drafting does not pay at
+    this batch size the run falls back to one row per sequence, at a bounded cost of finding out."""
+
+    def __init__(self, margin: float = 0.1):
+        self.margin = margin
+        self.backoff = Backoff()
+        self.batch = 0  # rows decoding now: a plain step's time depends on it
+        self.curve = None
+
+    def width(self, drafters: list, ctxs: list) -> int | None:
+        """Rows per sequence this step; None at the prefill (each row feeds its prompt and its own block)."""
+        if ctxs[0].step == 0:
+            return None
+        if len(drafters) != self.batch:  # rows left: plain steps cost something else now
+            self.batch = len(drafters)
+            self.backoff.t1, self.backoff.n1 = None, 0
+        self.curve = drafters[0].curve
+        if not self.backoff.drafting:
+            return 1
+        offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
+        top = min(o.size for o in offers) - 1
+        expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
+        b = len(offers)
+        seconds = self.curve.table(b * top)[b * np.arange(1, top + 1)]
+        score = expected / seconds
+        score[0] *= 1 + self.margin
+        return int(score.argmax()) + 1
+
+    def observe(self, width: int, tokens: int, seconds: float) -> None:
+        """Book a step of `width` rows per sequence that emitted `tokens` over the batch in `seconds`."""
+        b, curve = self.batch, self.curve
+        hint = seconds * curve.predict(b) / curve.predict(b * width)
+        self.backoff.observe(width, tokens / b, seconds, hint)

@@ -14,10 +14,10 @@ from urllib.parse import urlparse
 
 import torch
 
-from .errors import ESPError
-from .lm import LM
-from .offline import MODELS, converted, gguf_path, is_converted
-from .offline import offline_models  # noqa: F401 - the app lists these
+from esp.errors import ESPError
+from esp.models.lm import LM
+from esp.models.offline import MODELS, converted, gguf_path, is_converted
+from esp.models.offline import offline_models  # noqa: F401 - the app lists these
 
 EMBEDDED = "embedded"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ESPError
+from esp.errors import ESPError
 
 
 @dataclass(frozen=True)

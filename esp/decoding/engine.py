@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
-from .drafters.base import Context, Drafter, Notes, Proposal, StepResult
-from .errors import ESPError
-from .kvcache import commit
-from .layout import Layout, make_layouts
-from .lm import LM
-from .sampling import Sampling
-from .timer import ForwardTimer, Phases
-from .trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
-from .verify import check
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
+from esp.errors import ESPError
+from esp.decoding.kvcache import commit
+from esp.decoding.layout import Layout, make_layouts
+from esp.models.lm import LM
+from esp.sampling import Sampling
+from esp.decoding.timer import ForwardTimer, Phases
+from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
+from esp.decoding.verify import check
 
 
 @dataclass
@@ -85,69 +85,26 @@ class Decoder:
         `n_prompt` < len(prompt_ids) resumes a run: the ids after the first `n_prompt` are output already
         committed (drafters catch up on it, e.g. ESP's EMA), and only new tokens count towards the limit.
         """
-        self.check_prompt(prompt_ids)
+        run = Run(self, prompt_ids, n_prompt)
         lm = self.lm
         cache = lm.new_cache()
-        n_prompt = len(prompt_ids) if n_prompt is None else n_prompt
-        ctx = Context(lm, list(prompt_ids), n_prompt, self.sampling, 0, self.align)
-        self.drafter.start(ctx)
-        pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
-        past = produced = 0
         timer = ForwardTimer(lm.device) if self.time_forward else None
         while True:
-            clock = Phases(lm.device, self.timings)
-            clock("draft")
-            prop = self.drafter.propose(ctx)
-            clock("mask")
-            tree = prop.tree
-            lay = self.layouts.layout(tree.parents, prop.k, prop.extra, prop.masked)
-            lead = len(pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
-            root_pos = past + lead
-            offsets = lay.on(lm.device, lm.dtype)[1]
-            if lead:
-                positions = torch.cat([torch.arange(past, root_pos, device=lm.device), root_pos + offsets])
-                mask = _with_lead(lay, lead, lm.dtype, lm.device)
-            else:
-                positions = root_pos + offsets
-                mask = self.layouts.additive(lay, past, lm.dtype, lm.device)
-            embeds = self._embeds(pending, prop, lay)
-            clock("forward")
+            run.begin()
+            lay, lead = run.lay, run.lead
+            mask = (_with_lead(lay, lead, lm.dtype, lm.device) if lead
+                    else self.layouts.additive(lay, run.past, lm.dtype, lm.device))
+            positions, embeds = run.positions(), run.embeds()
+            run.clock("forward")
             if timer is not None:
                 timer.start()
             hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align,
-                                        max_pos=root_pos + lay.max_offset)
-            logits = lm.head(hidden[lead : lead + (lay.size if prop.head_all else lay.n_nodes)])
-            node_logits = logits[: lay.n_nodes]
+                                        max_pos=run.root_pos + lay.max_offset)
+            logits = lm.head(hidden[lead : lead + run.head_rows])
             timed = timer.stop(lay.size, keep=not lead) if timer is not None else []
-            clock("verify")
-            forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
-            if self.timings and not lead:
-                timed = [(lay.size, forward_s)]
-            path, bonus, top2 = check(tree, node_logits, root_pos, self.sampling)
-            clock("commit")
-            commit(cache, past, list(range(lead)) + [lead + i for i in path])
-            clock("draft")
-            drafted = [tree.tokens[i] for i in path[1:]]
-            emitted = self._cut(drafted + [bonus], produced)
-            ctx.tokens.extend(emitted)
-            res = StepResult(
-                prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
-                node_logits, path, bonus, root_pos, emitted,
-                None if layers is None or not lead else tuple(h[:lead] for h in layers), forward_s,
-                logits if prop.head_all else None, clock, timed,
-            )
-            notes = self.drafter.observe(ctx, res)
-            clock("trace")
-            produced += len(emitted)
-            done = produced >= self.max_new_tokens or any(t in lm.eos_ids for t in emitted)
-            trace = self._trace(ctx, res, past, drafted, notes, lead > 0, top2[: len(emitted)])
-            trace.timings = clock.done()
-            yield trace
-            if done:
+            yield run.finish(hidden, layers, logits, timed, lambda past, rows: commit(cache, past, rows))
+            if run.done:
                 return
-            past += lead + len(path)
-            pending = [bonus]
-            ctx.step += 1
 
     def _embeds(self, pending: list[int], prop: Proposal, lay: Layout) -> torch.Tensor:
         ids = pending + prop.tree.tokens[1:]
@@ -208,6 +165,91 @@ class Decoder:
         tokens = [t for s in steps for t in s.emitted]
         text = self.lm.tokenizer.decode(tokens, skip_special_tokens=True)
         return Generation(tokens, text, steps, summarize(self.drafter.name, steps, seconds))
+
+
+
+class Run:
+    """One prompt's decoding state across steps: what it feeds next, and what it makes of each forward.
+
+    The one-row loop (`Decoder.stream`) and the batch loop (`esp.decoding.batch`) drive it alike: `begin`
+    drafts the step's block, the loop runs the forward, `finish` verifies, commits, lets the drafter learn
+    and traces the step."""
+
+    def __init__(self, dec: Decoder, prompt_ids: list[int], n_prompt: int | None = None, batched: bool = False):
+        dec.check_prompt(prompt_ids)
+        self.dec = dec
+        n_prompt = len(prompt_ids) if n_prompt is None else n_prompt
+        self.ctx = Context(dec.lm, list(prompt_ids), n_prompt, dec.sampling, 0, dec.align, batched)
+        dec.drafter.start(self.ctx)
+        self.pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
+        self.past = self.produced = 0  # tokens committed to the cache, new tokens emitted
+        self.done = False
+
+    def begin(self, rows: int | None = None) -> None:
+        """Draft this step's block (`rows`: the width a batch budget gave this row, else its own choice)."""
+        dec = self.dec
+        self.clock = clock = Phases(dec.lm.device, dec.timings)
+        clock("draft")
+        self.prop = prop = dec.drafter.propose(self.ctx) if rows is None else dec.drafter.propose(self.ctx, rows)
+        clock("mask")
+        self.lay = dec.layouts.layout(prop.tree.parents, prop.k, prop.extra, prop.masked)
+        self.lead = len(self.pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
+        self.root_pos = self.past + self.lead
+
+    @property
+    def width(self) -> int:
+        """Rows this step feeds: the lead (prompt rows before the root) and the block."""
+        return self.lead + self.lay.size
+
+    @property
+    def head_rows(self) -> int:
+        """Block rows whose logits the step needs (from the root on)."""
+        return self.lay.size if self.prop.head_all else self.lay.n_nodes
+
+    def positions(self) -> torch.Tensor:
+        lm = self.dec.lm
+        offsets = self.lay.on(lm.device, lm.dtype)[1]
+        if not self.lead:
+            return self.root_pos + offsets
+        return torch.cat([torch.arange(self.past, self.root_pos, device=lm.device), self.root_pos + offsets])
+
+    def embeds(self) -> torch.Tensor:
+        return self.dec._embeds(self.pending, self.prop, self.lay)
+
+    def finish(self, hidden: torch.Tensor, layers, logits: torch.Tensor, timed: list,
+               commit: Callable[[int, list[int]], None]) -> StepTrace:
+        """Verify the step from its forward: `hidden` (this run's fed rows), `logits` (its `head_rows`
+        from the root), `timed` forwards; `commit(past, rows)` keeps the accepted rows in the cache."""
+        dec, ctx, clock, prop, lay, lead = self.dec, self.ctx, self.clock, self.prop, self.lay, self.lead
+        tree = prop.tree
+        node_logits = logits[: lay.n_nodes]
+        clock("verify")
+        forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
+        if dec.timings and not lead:
+            timed = [(lay.size, forward_s)]
+        path, bonus, top2 = check(tree, node_logits, self.root_pos, dec.sampling)
+        clock("commit")
+        commit(self.past, list(range(lead)) + [lead + i for i in path])
+        clock("draft")
+        drafted = [tree.tokens[i] for i in path[1:]]
+        emitted = dec._cut(drafted + [bonus], self.produced)
+        ctx.tokens.extend(emitted)
+        res = StepResult(
+            prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
+            node_logits, path, bonus, self.root_pos, emitted,
+            None if layers is None or not lead else tuple(h[:lead] for h in layers), forward_s,
+            logits if prop.head_all else None, clock, timed,
+        )
+        notes = dec.drafter.observe(ctx, res)
+        clock("trace")
+        self.produced += len(emitted)
+        self.done = self.produced >= dec.max_new_tokens or any(t in dec.lm.eos_ids for t in emitted)
+        trace = dec._trace(ctx, res, self.past, drafted, notes, lead > 0, top2[: len(emitted)])
+        trace.timings = clock.done()
+        self.past += lead + len(path)
+        self.pending = [bonus]
+        ctx.step += 1
+        return trace
 
 
 def _with_lead(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

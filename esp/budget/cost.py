@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .paths import cache_root
+from esp.paths import cache_root
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
 DRIFT = 0.2  # t(1) off the measured curve by more than this share ...
@@ -175,7 +175,7 @@ def smooth(t: list[float], noise: list[float]) -> list[float]:
 @torch.inference_mode()
 def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, list[float]]:
     """Seconds of `repeats` timed forwards of q new rows (LM head on every row) over a `context`-token cache."""
-    from .kvcache import commit
+    from esp.decoding.kvcache import commit
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, lm.vocab_size, (context + max(grid),), generator=g).tolist()

@@ -3,12 +3,12 @@
 First turn of each question, the model's chat template with the generation prompt, greedy decoding.
 tau = all generated tokens / all target forwards (prefill counted); speed-up = mean tokens/s of the
 method over the mean of `ar` (Spec-Bench's ratio of means); lossless = no question's output is a failure
-against ar's under esp.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16).
+against ar's under esp.bench.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16).
 
 Protocol (`--protocol`, or a method's own `start=`): cold builds a fresh drafter for every generation, so
 nothing learnt on one question reaches the next (what a caller with one prompt gets); hot keeps one
 drafter per method across all questions (as the Token Recycling authors evaluate) and passes start=hot to
-the methods that take it. Oracle (esp.oracle): every step's cheapest feed for the same tokens with the
+the methods that take it. Oracle (esp.bench.oracle): every step's cheapest feed for the same tokens with the
 same drafts, priced like `ar`'s feed on this machine's measured cost curve; the fraction is the measured
 speed-up over the oracle's. `--reference` adds transformers' own greedy `model.generate()` as a timed row.
 """
@@ -21,16 +21,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable
 
-from .cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
-from .cost import CostCurve, curve_for
-from .drafters.base import Drafter
-from .engine import Decoder, Generation
-from .errors import ESPError
-from .methods import build, parse
-from .oracle import oracle_width, price
-from .shard import Shard, start
-from .timer import Phases
-from .verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
+from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require
+from esp.budget.cost import CostCurve, curve_for
+from esp.decoding.drafter import Drafter
+from esp.decoding.engine import Decoder, Generation
+from esp.errors import ESPError
+from esp.methods import build, parse
+from esp.bench.oracle import oracle_width, price
+from esp.bench.shard import Shard, start
+from esp.decoding.timer import Phases
+from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
 
 COLD, HOT = "cold", "hot"
 PROTOCOLS = {COLD: "a fresh drafter for every question", HOT: "one drafter per method kept across questions"}
@@ -263,7 +263,7 @@ def widths(g) -> dict:
 
 def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[list], float]:
     """transformers' own greedy decoding, the ground truth for losslessness: its tokens, per token the
-    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.verdict), and the seconds of the
+    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.bench.verdict), and the seconds of the
     `generate` call alone (a device sync at each end)."""
     import torch
 
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
     drafters = {s: Drafters(s, esp_defaults(a), protocol_of(s, a.protocol), a.repeats) for s in specs}
     questions = load_questions(a.questions, a.per_category)
 
-    from .models import load
+    from esp.models.loader import load
 
     shard = start()
     try:
@@ -446,7 +446,3 @@ def main(argv: list[str] | None = None) -> None:
     if shard.main:
         report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve)
     shard.leave()
-
-
-if __name__ == "__main__":
-    run_main(main)

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from .drafters.base import Context, Drafter, Notes, Proposal, StepResult
-from .engine import Decoder
-from .errors import ESPError
-from .lm import LM
-from .sampling import Sampling
-from .trace import StepTrace
-from .tree import DraftTree
-from .verdict import NEAR_TIE, classify, dtype_name
+from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
+from esp.decoding.engine import Decoder
+from esp.errors import ESPError
+from esp.models.lm import LM
+from esp.sampling import Sampling
+from esp.trace import StepTrace
+from esp.decoding.tree import DraftTree
+from esp.bench.verdict import NEAR_TIE, classify, dtype_name
 
 
 class _NoTreeAtResume(Drafter):
@@ -77,7 +77,7 @@ def whatif_step(lm: LM, drafter: Drafter, prompt_ids: Sequence[int], steps: Sequ
 
 
 def _root_mismatch(lm: LM, step: StepTrace, before: StepTrace, resumed: StepTrace) -> str:
-    """Why the replay's root differs from the stored one, in esp.verdict's words: a rounding near-tie that
+    """Why the replay's root differs from the stored one, in esp.bench.verdict's words: a rounding near-tie that
     a reduced-precision replay may flip, or a real difference."""
     stored = before.top2[-1:] or None  # the stored root was the previous step's last emitted token
     v = classify([step.root], stored, resumed.emitted[:1], resumed.top2[:1] or None, dtype_name(lm.dtype))

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from esp.decoding.verify import TOP_K
+
 EXACT, NEAR_TIE, FAILURE = "exact", "near_tie", "failure"
 TIE_ULPS = 4  # rounding units a near-tie may span; a few units cover a reduction's reordering error
-TOP_K = 4  # (id, logit) pairs kept per emitted token
 MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
 
 Top2 = list  # [id1, logit1, id2, logit2, ...] of the row that chose one emitted token, best first

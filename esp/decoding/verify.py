@@ -5,9 +5,10 @@ from typing import NamedTuple
 
 import torch
 
-from .sampling import Sampling, draw, top_k
-from .tree import DraftTree
-from .verdict import TOP_K
+from esp.sampling import Sampling, draw, top_k
+from esp.decoding.tree import DraftTree
+
+TOP_K = 4  # (id, logit) pairs kept per emitted row: the lossless verdict's runners-up (esp.bench.verdict)
 
 
 class Verified(NamedTuple):
@@ -21,7 +22,7 @@ def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> 
     exactly as autoregressive decoding would draw it at that position, so the output never changes.
 
     One top-K over every node row and one host read serve the whole walk: the greedy choice of each row
-    and the runners-up that the lossless verdict needs (esp.verdict.TOP_K). Each row's choice is needed before the
+    and the runners-up that the lossless verdict needs (TOP_K). Each row's choice is needed before the
     path is known, so reading all rows at once is cheaper than a device round trip per accepted depth.
     The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU.
     """

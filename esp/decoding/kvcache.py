@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .device import to_device
+from esp.device import to_device
 
 
 def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:

@@ -9,29 +9,16 @@ import time
 
 import torch
 
-from . import cost
-from .engine import Decoder
-from .layout import EfficientLayouts, NaiveLayouts
-from .lm import LM
-from .methods import build
-from .tree import dynamic_tree, static_tree
+import esp.budget.cost as cost
+from esp.decoding.engine import Decoder
+from esp.decoding.layout import EfficientLayouts, NaiveLayouts
+from esp.models.lm import LM, IdTokenizer
+from esp.methods import build
+from esp.decoding.tree import dynamic_tree, static_tree
 
 # The paper's BC = 60: the methods whose per-step overhead is measured (label -> method spec)
 BC60 = {"k=1 bc=60 static": "esp:k=1:bc=60", "k=2 bc=60 static": "esp:k=2:bc=60",
         "k=2 bc=60 dynamic": "esp:k=2:bc=60:tree=dynamic", "hybrid bc=60": "hybrid:bc=60"}
-
-
-class IdTokenizer:
-    """Enough of a tokenizer for random-weight models: ids are their own text, and nothing ends a run."""
-
-    eos_token_id = None
-    chat_template = None
-
-    def decode(self, ids, **_) -> str:
-        return " ".join(str(i) for i in ids)
-
-    def __call__(self, text: str) -> dict:
-        return {"input_ids": [int(x) for x in text.split()]}
 
 
 def random_lm(config, device: str | torch.device, dtype: torch.dtype, name: str) -> LM:

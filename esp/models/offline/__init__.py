@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ESPError
-from ..paths import cache_root
+from esp.errors import ESPError
+from esp.paths import cache_root
 
 # package name -> its folder, or None when it is not installed; tests swap in fake locations
 Locator = Callable[[str], "Path | None"]
@@ -96,7 +96,7 @@ def gguf_path(model: OfflineModel, locate: Locator = find_package) -> Path:
     its sha256; any missing part or mismatch raises ESPError with one line."""
     files = model.files(locate)
     if files is None:
-        raise ESPError(f"Model {model.name!r} is not installed: run `python -m esp.offline {model.name}` "
+        raise ESPError(f"Model {model.name!r} is not installed: run `python -m esp.models.offline {model.name}` "
                        f"(it runs `{model.install_command()}` and converts the model once).")
     if not model.parts:
         return files[0]

@@ -19,8 +19,8 @@ from typing import Hashable
 import numpy as np
 import torch
 
-from .device import canonical, to_device
-from .errors import ESPError
+from esp.device import canonical, to_device
+from esp.errors import ESPError
 
 
 @dataclass(frozen=True)

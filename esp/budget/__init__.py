@@ -1,0 +1,1 @@
+"""How wide a step should be: the width choice and back-off, the cost curve, calibration and its prior."""

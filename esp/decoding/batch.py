@@ -1,0 +1,151 @@
+"""Many prompts per forward: every row its own drafter, tree, positions and mask rows, one forward per step.
+
+The cache is one (rows, heads, slots, dim) tensor per layer. Row r's committed tokens fill its first c_r
+slots in order, so slot j holds position j: each step appends the block at slots L.. (L = the longest
+row's c), the mask hides slots c_r..L-1 from row r, and the commit moves the row's accepted rows down to
+slots c_r.. (a copy of those rows alone). Rows' caches therefore never hold holes between their tokens,
+only the tail padding a rectangle needs, and a row that ends (EOS or its token limit) leaves the batch at
+once. Every row is verified and committed on its own (`Run.finish`, as alone), so each row's tokens are
+its greedy tokens; the traces stay per row.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import torch
+
+from esp.decoding.drafter import Drafter
+from esp.decoding.engine import Decoder, Generation, Run, _with_lead
+from esp.decoding.timer import ForwardTimer, Phases
+from esp.errors import ESPError
+from esp.models.lm import LM
+from esp.sampling import Sampling
+from esp.trace import StepTrace, summarize
+
+
+class BatchDecoder:
+    """Decodes several prompts together; `drafters` holds one drafter per prompt (none shared)."""
+
+    def __init__(self, lm: LM, drafters: list[Drafter], sampling: Sampling = Sampling(), max_new_tokens: int = 128,
+                 layouts: str = "efficient", trace_mask: bool = False, timings: bool = False):
+        if len({id(d) for d in drafters}) != len(drafters):
+            raise ESPError("Each prompt of a batch needs a drafter of its own.")
+        self.lm = lm
+        self.rows = [Decoder(lm, d, sampling, max_new_tokens, layouts, False, trace_mask, timings) for d in drafters]
+        self.planner = drafters[0].batch_planner() if drafters else None
+
+    def check_prompt(self, prompt_ids: list[int]) -> None:
+        self.rows[0].check_prompt(prompt_ids)
+
+    @torch.inference_mode()
+    def stream(self, prompts: list[list[int]]) -> Iterator[tuple[int, StepTrace]]:
+        """Decode every prompt, yielding (prompt index, trace) for each row of each forward, in row order."""
+        if len(prompts) != len(self.rows):
+            raise ESPError(f"{len(prompts)} prompts for {len(self.rows)} drafters: give one drafter per prompt.")
+        lm, planner = self.lm, self.planner
+        runs = [Run(dec, ids, batched=True) for dec, ids in zip(self.rows, prompts)]
+        live = list(range(len(runs)))  # prompt index of each batch row
+        cache = lm.new_cache()
+        filled = [0] * len(runs)  # per batch row: committed slots (= its tokens in the cache)
+        timer = ForwardTimer(lm.device) if any(dec.time_forward for dec in self.rows) else None
+        while live:
+            start = time.perf_counter()
+            here = [runs[i] for i in live]
+            width = planner.width([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
+            for run in here:
+                run.begin(width)
+            prefill = any(run.lead for run in here)
+            embeds, positions, mask = self._inputs(here, filled, cache.get_seq_length())
+            for run in here:
+                run.clock("forward")
+            if timer is not None:
+                timer.start()
+            hidden, _ = lm.forward(embeds, positions, mask, cache)
+            logits = self._head(hidden, here)
+            timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
+            kept: list[list[int]] = []
+            emitted = 0
+            for b, (run, lg) in enumerate(zip(here, logits)):
+                trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, rows: kept.append(rows))
+                emitted += len(trace.emitted)
+                yield live[b], trace
+            _commit(cache, filled, kept, cache.get_seq_length() - hidden.shape[1])
+            if planner is not None and width is not None:
+                planner.observe(width, emitted, time.perf_counter() - start)
+            keep = [b for b, run in enumerate(here) if not run.done]
+            if len(keep) < len(here):
+                live = [live[b] for b in keep]
+                filled = [filled[b] for b in keep]
+                if live:
+                    cache.batch_select_indices(torch.tensor(keep, device=lm.device))
+                    _truncate(cache, max(filled))
+
+    def _inputs(self, runs: list[Run], filled: list[int], slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, Q, H) embeddings, (B, Q) positions and the (B, 1, Q, slots + Q) additive mask, each row's
+        block padded to the widest (padding rows see nothing and are never read)."""
+        lm = self.lm
+        q = max(run.width for run in runs)
+        low = torch.finfo(lm.dtype).min
+        embeds = torch.zeros(len(runs), q, lm.config.hidden_size, dtype=lm.dtype, device=lm.device)
+        positions = torch.zeros(len(runs), q, dtype=torch.long, device=lm.device)
+        mask = torch.full((len(runs), 1, q, slots + q), low, dtype=lm.dtype, device=lm.device)
+        seen = torch.arange(slots, device=lm.device)[None, :] < torch.tensor(filled, device=lm.device)[:, None]
+        mask[:, 0, :, :slots].masked_fill_(seen[:, None, :], 0.0)
+        for b, run in enumerate(runs):
+            w = run.width
+            embeds[b, :w] = run.embeds()
+            positions[b, :w] = run.positions()
+            block = _with_lead(run.lay, run.lead, lm.dtype, lm.device)[0, 0] if run.lead else run.lay.on(lm.device, lm.dtype)[0]
+            mask[b, 0, :w, slots : slots + w] = block
+        return embeds, positions, mask
+
+    def _head(self, hidden: torch.Tensor, runs: list[Run]) -> list[torch.Tensor]:
+        """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch."""
+        q = hidden.shape[1]
+        idx = torch.cat([torch.arange(run.lead, run.lead + run.head_rows) + b * q for b, run in enumerate(runs)])
+        logits = self.lm.head(hidden.reshape(-1, hidden.shape[-1])[idx.to(hidden.device)])
+        return list(logits.split([run.head_rows for run in runs]))
+
+    def generate(self, prompts: list[list[int]]) -> list[Generation]:
+        """Run every prompt to its end: one Generation per prompt, in order (seconds: the batch's wall time)."""
+        clock = Phases(self.lm.device)
+        start = clock.now()
+        steps: list[list[StepTrace]] = [[] for _ in prompts]
+        for i, trace in self.stream(prompts):
+            steps[i].append(trace)
+        seconds = clock.now() - start
+        out = []
+        for dec, st in zip(self.rows, steps):
+            tokens = [t for s in st for t in s.emitted]
+            out.append(Generation(tokens, self.lm.tokenizer.decode(tokens, skip_special_tokens=True), st,
+                                  summarize(dec.drafter.name, st, seconds)))
+        return out
+
+
+def _commit(cache, filled: list[int], kept: list[list[int]], slots: int) -> None:
+    """Move each row's kept block rows (`kept[b]`, block-relative, increasing) to its next free slots, then
+    cut every layer to the longest row; `filled` is updated in place."""
+    rows, dst, src = [], [], []
+    for b, keep in enumerate(kept):
+        for j, r in enumerate(keep):
+            if filled[b] + j != slots + r:
+                rows.append(b)
+                dst.append(filled[b] + j)
+                src.append(slots + r)
+        filled[b] += len(keep)
+    if rows:
+        on: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # layers may sit on several GPUs
+        for layer in cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                if t.device not in on:
+                    on[t.device] = tuple(torch.tensor(x, device=t.device) for x in (rows, dst, src))
+                r, d, s = on[t.device]
+                t[r, :, d] = t[r, :, s]
+    _truncate(cache, max(filled))
+
+
+def _truncate(cache, slots: int) -> None:
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]

@@ -1,0 +1,214 @@
+"""Many prompts at once (issue 28): prompts of different lengths decoded in one forward per step, for every
+method and budget, each row's new tokens exactly what greedy generate() gives that prompt alone (fp32, the
+embedded model loaded the ordinary transformers way), through esp.decode and through custom_generate; a row
+that ends leaves the batch at once; the batch budget falls back to plain rows where drafting does not pay;
+and a streamer through model.generate hears what generate() would tell it."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from transformers import TextIteratorStreamer
+
+import esp
+from conftest import ROOT
+from esp.budget.cost import CostCurve
+from esp.budget.width import BatchWidth, by_rows, choose
+from esp.decoding.drafter import Context
+from esp.errors import ESPError
+
+# Held out: none of these is a Spec-Bench question; lengths differ so that rows' caches differ.
+PROMPTS = ["Hi!",
+           "Translate to German: The weather is nice today and we are going to the lake.",
+           "Write a Python function that returns the n-th Fibonacci number, with a docstring and a test.",
+           "A train travels 120 km in 1.5 hours. What is its average speed? Explain briefly.",
+           "List three facts about the Moon.",
+           "Summarise in one sentence: the committee met on Tuesday, discussed the budget for the new library, "
+           "heard from residents about parking, and agreed to meet again next month.",
+           "What is 17 times 23?",
+           "Name a colour."]
+N = 24
+METHODS = ["ar", "esp", "esp:k=2:bc=30:tree=dynamic", "pld", "stand", "lade", "tr", "hybrid", "hybrid:bc=auto",
+           "hybrid:bc=8", "esp:bc=auto", "stand:bc=auto", "hybrid:bc=auto:start=hot"]
+
+
+def _ids(tok, prompt: str) -> list[int]:
+    enc = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    return enc["input_ids"][0].tolist()
+
+
+@pytest.fixture(scope="module")
+def alone(hf):
+    """Each prompt's ids and what plain greedy generate() gives it alone (new tokens, up to its EOS)."""
+    model, tok = hf
+    out = []
+    for prompt in PROMPTS:
+        ids = _ids(tok, prompt)
+        new = model.generate(torch.tensor([ids]), max_new_tokens=N, do_sample=False)[0, len(ids):].tolist()
+        eos = set(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
+                  else [model.generation_config.eos_token_id])
+        end = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))
+        out.append((ids, new[:end]))
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_row_of_a_batch_gets_the_tokens_greedy_gives_it_alone(hf, alone, method):
+    model, tok = hf
+    rows = alone[:4]
+    got = esp.decode(model, tok, [ids for ids, _ in rows], method=method, max_new_tokens=N)
+    assert isinstance(got, list) and len(got) == len(rows)
+    for r, (ids, ref) in zip(got, rows):
+        assert r.prompt_ids == ids and r.tokens == ref, (method, tok.decode(ids))
+
+
+@pytest.mark.parametrize("method", ["ar", "hybrid:bc=auto", "pld"])
+def test_batches_of_one_and_eight(hf, alone, method):
+    model, tok = hf
+    got = esp.decode(model, tok, PROMPTS, method=method, max_new_tokens=N)  # str prompts: the chat template
+    assert [r.tokens for r in got] == [ref for _, ref in alone]
+    one = esp.decode(model, tok, [PROMPTS[3]], method=method, max_new_tokens=N)
+    assert len(one) == 1 and one[0].tokens == alone[3][1]
+
+
+def test_a_padded_tokenizer_output_is_a_batch(hf, alone):
+    """esp.decode takes padding on either side (it strips each row by its mask); model.generate only the left."""
+    model, tok = hf
+    rows = alone[:3]
+    n = max(len(ids) for ids, _ in rows)
+    enc = {"input_ids": torch.tensor([ids + [0] * (n - len(ids)) for ids, _ in rows]),
+           "attention_mask": torch.tensor([[1] * len(ids) + [0] * (n - len(ids)) for ids, _ in rows])}
+    got = esp.decode(model, tok, enc, method="hybrid:bc=auto", max_new_tokens=N)
+    assert [r.tokens for r in got] == [ref for _, ref in rows]
+
+
+@pytest.mark.parametrize("method", ["esp", "hybrid:bc=auto", "pld"])
+def test_model_generate_takes_a_left_padded_batch_laid_out_as_generate_lays_it_out(hf, alone, method):
+    model, tok = hf
+    rows = alone[:4]
+    pad = tok.pad_token_id
+    n = max(len(ids) for ids, _ in rows)
+    ids = torch.tensor([[pad] * (n - len(i)) + i for i, _ in rows])
+    mask = torch.tensor([[0] * (n - len(i)) + [1] * len(i) for i, _ in rows])
+    out = model.generate(ids, attention_mask=mask, custom_generate=str(ROOT), trust_remote_code=True, method=method,
+                         max_new_tokens=N)
+    width = max(len(ref) for _, ref in rows)
+    assert out.shape == (len(rows), n + width)
+    for row, (_, ref) in zip(out.tolist(), rows):
+        assert row[n:] == ref + [pad] * (width - len(ref))  # pad_token_id after a row's EOS, as generate() writes
+    assert torch.equal(out[:, :n], ids)  # the left padding kept
+    plain = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False)
+    assert plain.shape == out.shape and torch.equal(plain[:, :n], out[:, :n])
+
+
+def test_what_a_batch_cannot_take_is_refused_with_one_line(hf, alone):
+    model, tok = hf
+    a, b = alone[0][0], alone[1][0]
+    n = max(len(a), len(b))
+    ids = torch.tensor([a + [0] * (n - len(a)), b + [0] * (n - len(b))])
+    right = torch.tensor([[1] * len(a) + [0] * (n - len(a)), [1] * len(b) + [0] * (n - len(b))])
+    cases = [(dict(attention_mask=right), "padded on the right"),
+             (dict(streamer=TextIteratorStreamer(tok)), "batch size 1")]
+    hole = torch.ones_like(ids)
+    hole[1, n // 2] = 0
+    cases.append((dict(attention_mask=hole), "padding inside the prompt"))
+    for kw, needle in cases:
+        with pytest.raises(ESPError) as e:
+            model.generate(ids, custom_generate=str(ROOT), trust_remote_code=True, max_new_tokens=4, **kw)
+        assert needle in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ESPError, match="padding inside the prompt"):
+        esp.decode(model, tok, {"input_ids": ids, "attention_mask": hole}, max_new_tokens=4)
+
+
+def test_a_row_that_ends_leaves_the_batch_at_once(hf, alone, monkeypatch):
+    """Row 0 ends early (the run's EOS set to one of its tokens that no other row writes); from the next
+    forward on, the batch holds one row fewer, while the others go on to their own ends with their own tokens."""
+    model, tok = hf
+    rows = alone[1:5]
+    first, others = rows[0][1], {t for _, ref in rows[1:] for t in ref}
+    cut = next(k for k in range(2, len(first)) if first[k] not in others and first[k] not in first[:k])
+    stop = first[cut]  # only row 0 stops early, on its token `cut`
+    sizes = []
+    real = esp.models.lm.LM.forward
+
+    def spy(self, embeds, *args, **kw):
+        sizes.append(embeds.shape[0] if embeds.dim() == 3 else 1)
+        return real(self, embeds, *args, **kw)
+
+    monkeypatch.setattr(esp.models.lm.LM, "forward", spy)
+    steps = list(esp.stream(model, tok, [ids for ids, _ in rows], method="ar", max_new_tokens=N, eos_token_id=stop))
+    mine = [t for i, t in steps if i == 0]
+    assert [x for t in mine for x in t.emitted] == rows[0][1][: cut + 1]
+    assert sizes[: len(mine)] == [4] * len(mine) and sizes[len(mine)] == 3
+    for j, (_, ref) in enumerate(rows[1:], 1):
+        assert [x for i, t in steps if i == j for x in t.emitted] == ref
+
+
+def test_a_streamer_hears_the_prompt_then_each_token_then_end(hf, alone):
+    model, tok = hf
+    ids, ref = alone[2]
+    calls = []
+
+    class Recorder:
+        def put(self, value):
+            calls.append(("put", value.tolist()))
+
+        def end(self):
+            calls.append(("end", None))
+
+    out = model.generate(torch.tensor([ids]), custom_generate=str(ROOT), trust_remote_code=True,
+                         method="hybrid:bc=auto", max_new_tokens=N, streamer=Recorder())
+    assert out[0, len(ids):].tolist() == ref
+    assert calls[0] == ("put", [ids]) and calls[-1] == ("end", None)
+    assert [v for kind, v in calls[1:-1]] == [[t] for t in ref]  # one put per new token, in order, EOS included
+    streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    box = {}
+    worker = threading.Thread(target=lambda: box.update(out=model.generate(
+        torch.tensor([ids]), custom_generate=str(ROOT), trust_remote_code=True, method="hybrid:bc=auto",
+        max_new_tokens=N, streamer=streamer)))
+    worker.start()
+    text = "".join(streamer)  # read from this thread while generate runs in the other; ends at the run's EOS
+    worker.join(timeout=120)
+    assert text == tok.decode(ref, skip_special_tokens=True)
+    assert box["out"][0, len(ids):].tolist() == ref
+
+
+class _Offers:
+    """A stand-in row for BatchWidth: offers fixed expected tokens per width and shares one curve."""
+
+    def __init__(self, offer: np.ndarray, curve: CostCurve):
+        self.curve, self._offer, self.asked = curve, offer, 0
+
+    def offer(self, ctx) -> np.ndarray:
+        self.asked += 1
+        return self._offer
+
+
+def _ctx(step: int) -> Context:
+    return Context(None, [1], 1, esp.Sampling(), step, batched=True)
+
+
+def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
+    good = by_rows([0.9, 0.8, 0.7, 0.6], [0, 1, 2, 3], 0, 0.0, 8)  # a confident chain: 1 + 3.0 tokens at 5 rows
+    assert good[1] == 1.0 and good[5] == pytest.approx(4.0) and np.all(np.diff(good[1:]) >= 0)
+    assert good[5] == pytest.approx(choose([0.9, 0.8, 0.7, 0.6], [0, 1, 2, 3], 0, 0.0, 5).expected)
+    flat = CostCurve([1, 256], [1.0, 1.2])  # wide blocks nearly free: draft
+    steep = CostCurve([1, 256], [1.0, 256.0])  # every row costs a plain step: never draft
+    wide = BatchWidth()
+    assert wide.width([_Offers(good, flat)] * 4, [_ctx(0)] * 4) is None  # the prefill: each row its own
+    assert wide.width([_Offers(good, flat)] * 4, [_ctx(1)] * 4) > 1
+    assert BatchWidth().width([_Offers(good, steep)] * 4, [_ctx(1)] * 4) == 1
+    # Drafted steps that bring nothing: the batch backs off to plain rows and stops asking for offers.
+    row = _Offers(good, flat)
+    for _ in range(3):
+        wide.observe(1, tokens=4, seconds=1.0)  # plain steps: a second each
+    for _ in range(20):
+        w = wide.width([row] * 4, [_ctx(5)] * 4)
+        if w == 1 and not wide.backoff.drafting:
+            break
+        wide.observe(w, tokens=4, seconds=2.0)  # 4 rows, one token each, at twice a plain step's time
+    asked = row.asked
+    assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
