@@ -91,9 +91,11 @@ class NoHead(torch.nn.Module):
 
 
 @pytest.mark.parametrize("call,needle", [
-    (lambda m, t: esp.decode(m, t, torch.ones(2, 5, dtype=torch.long)), "(batch size 1), not 2"),
-    (lambda m, t: esp.decode(m, t, [[1, 2], [3, 4]]), "(batch size 1), not 2"),
-    (lambda m, t: esp.decode(m, t, {"input_ids": [[1, 2, 3]], "attention_mask": [[0, 1, 1]]}), "padding"),
+    (lambda m, t: esp.decode(m, t, {"input_ids": [[1, 2, 3], [4, 5, 6]], "attention_mask": [[1, 0, 1], [1, 1, 1]]}),
+     "Row 0's attention mask has padding inside the prompt"),
+    (lambda m, t: esp.decode(m, t, [[1, 2], [3, 10**9]]), "Token ids must lie in"),
+    (lambda m, t: esp.decode(m, t, [[1, 2], []]), "prompt is empty"),
+    (lambda m, t: esp.decode(m, t, ["hi", ""]), "prompt is empty"),
     (lambda m, t: esp.decode(m, t, [1, 10**9]), "Token ids must lie in"),
     (lambda m, t: esp.decode(m, t, 3.5), "must be a str or token ids"),
     (lambda m, t: esp.decode(m, t, ""), "prompt is empty"),
@@ -132,3 +134,4 @@ def test_the_readme_example_runs(monkeypatch):
     exec(block.replace(f'"{hub}"', repr(str(converted(MODELS["embedded"])))), {"print": lambda *a: printed.append(a)})
     text, tau, forwards = printed[0][0], printed[1][0], printed[1][1]
     assert text.strip() and tau >= 1 and forwards >= 1 and printed[2] == (True,)
+    assert len(printed[3][0]) == 3 and printed[3][1] is True and printed[4] == (True,)  # the batch, both ways

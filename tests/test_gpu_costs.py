@@ -62,6 +62,17 @@ def test_gpu_verdict_tiny_runs_every_method_through_the_verdict(tmp_path):
     assert all(v["exact"] == res["questions"] for v in res["dtypes"]["float32"]["verdict"].values())
 
 
+def test_gpu_batch_tiny_checks_every_method_in_a_batch_and_through_model_generate(tmp_path):
+    out = tmp_path / "batch.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_batch.py", "--tiny", "--batch", "4", "--json", str(out)], cwd=ROOT,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["device"] == "cpu" and {row["method"] for row in res["batch"]} >= {"ar", "esp", "hybrid:bc=auto"}
+    assert all(row["same_as_alone"] == 4 for row in res["batch"])
+    assert [c["equal_to_generate"] for c in res["custom_generate"]] == [True, True, True]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_gpu_check_script_refuses_a_machine_without_cuda(tmp_path):
     r = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,

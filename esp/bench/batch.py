@@ -48,42 +48,58 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def run_method(lm: LM, prompts: list[list[int]], spec: str, batch: int, max_new_tokens: int) -> BatchRun:
-    """`spec` over `prompts`, `batch` at a time (batch 1: the one-row engine, as a caller of one prompt
-    gets it); every prompt gets a fresh drafter."""
-    out = BatchRun(spec, batch)
+def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, max_new_tokens: int) -> dict[str, BatchRun]:
+    """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order;
+    interleaved per batch (each batch runs generate() and then every method), so that a change of machine
+    speed during the run moves every row alike. Every prompt gets a fresh drafter."""
+    runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
     for group in chunks(prompts, batch):
-        start = time.perf_counter()
-        if batch == 1:
-            gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(group[0])]
-        else:
-            gens = BatchDecoder(lm, [build(spec) for _ in group], max_new_tokens=max_new_tokens).generate(group)
-        out.seconds += time.perf_counter() - start
-        out.tokens += [g.tokens for g in gens]
-        out.forwards += [g.summary.forwards for g in gens]
-    return out
+        for name, run in runs.items():
+            start = time.perf_counter()
+            got = _generate(lm, group, max_new_tokens) if name == GENERATE else _engine(lm, group, name, max_new_tokens)
+            run.seconds += time.perf_counter() - start
+            for tokens, forwards in got:
+                run.tokens.append(tokens)
+                run.forwards.append(forwards)
+    return runs
+
+
+def _engine(lm: LM, group: list[list[int]], spec: str, max_new_tokens: int) -> list[tuple[list[int], int]]:
+    """One batch through the engine (batch 1: the one-row loop, as a caller of one prompt gets it)."""
+    if len(group) == 1:
+        gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(group[0])]
+    else:
+        gens = BatchDecoder(lm, [build(spec) for _ in group], max_new_tokens=max_new_tokens).generate(group)
+    return [(g.tokens, g.summary.forwards) for g in gens]
 
 
 @torch.inference_mode()
-def run_generate(lm: LM, prompts: list[list[int]], batch: int, max_new_tokens: int) -> BatchRun:
-    """transformers' batched greedy `generate()` over `prompts`, `batch` at a time, left-padded with an
-    attention mask; each row's new tokens up to and including its EOS."""
-    out = BatchRun(GENERATE, batch)
+def _generate(lm: LM, group: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], int]]:
+    """transformers' batched greedy `generate()`, left-padded with an attention mask; each row's new tokens
+    up to and including its EOS (and as many forwards)."""
     model, eos = lm.model, sorted(lm.eos_ids)
     pad = model.generation_config.pad_token_id
     pad = pad if pad is not None else (eos[0] if eos else 0)
-    for group in chunks(prompts, batch):
-        n = max(len(p) for p in group)
-        ids = torch.tensor([[pad] * (n - len(p)) + p for p in group], device=lm.device)
-        mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in group], device=lm.device)
-        start = time.perf_counter()
-        seq = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=pad, eos_token_id=eos or None)
-        if lm.device.type == "cuda":
-            torch.cuda.synchronize()
-        out.seconds += time.perf_counter() - start
-        for row in seq[:, n:].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in lm.eos_ids), len(row))
-            out.tokens.append(row[:end])
-            out.forwards.append(end)
+    n = max(len(p) for p in group)
+    ids = torch.tensor([[pad] * (n - len(p)) + p for p in group], device=lm.device)
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in group], device=lm.device)
+    seq = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                         pad_token_id=pad, eos_token_id=eos or None)
+    out = []
+    for row in seq[:, n:].tolist():  # .tolist() waits for the device, so the caller's clock is honest
+        end = next((i + 1 for i, t in enumerate(row) if t in lm.eos_ids), len(row))
+        out.append((row[:end], end))
     return out
+
+
+def table(runs: list[dict[str, BatchRun]]) -> str:
+    """One markdown row per (batch size, method): tokens/s over the batches, wall seconds, the ratio to
+    batched generate() at that batch size, tau, and how many prompts got generate()'s exact tokens."""
+    lines = ["| B | method | tokens/s | wall s | x generate() | tau | = generate() |", "|---|---|---|---|---|---|---|"]
+    for by in runs:
+        ref = by[GENERATE]
+        for name, r in by.items():
+            same = sum(a == b for a, b in zip(r.tokens, ref.tokens))
+            lines.append(f"| {r.batch} | {name} | {r.tokens_per_s:.1f} | {r.seconds:.1f} | "
+                         f"{r.tokens_per_s / ref.tokens_per_s:.3f} | {r.tau:.2f} | {same}/{len(r.tokens)} |")
+    return "\n".join(lines)
