@@ -13,11 +13,15 @@ import torch
 from transformers import TextIteratorStreamer
 
 import esp
-from conftest import ROOT
+from conftest import ARCHS, ROOT
+from lossless_runs import SAMPLERS
 from esp.budget.cost import CostCurve
 from esp.budget.width import BatchWidth, by_rows, choose
+from esp.decoding.batch import BatchDecoder
 from esp.decoding.drafter import Context
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
+from esp.methods import build
 
 # Held out: none of these is a Spec-Bench question; lengths differ so that rows' caches differ.
 PROMPTS = ["Hi!",
@@ -212,3 +216,21 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
         wide.observe(w, tokens=4, seconds=2.0)  # 4 rows, one token each, at twice a plain step's time
     asked = row.asked
     assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
+
+
+@pytest.mark.parametrize("mode", list(SAMPLERS))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_models_batch_rows_equal_each_row_alone(tiny_lm, arch, mode):
+    """float64 random models of every architecture (gemma3's 24-token sliding window crossed), greedy and
+    sampled: a batch of prompts of different lengths gives each row the tokens it gets alone."""
+    lm = tiny_lm(arch)
+    s = SAMPLERS[mode](3)
+    g = torch.Generator().manual_seed(7)
+    prompts = []
+    for n in (5, 11, 17, 8):
+        base = torch.randint(0, lm.vocab_size, (n,), generator=g).tolist()
+        prompts.append(base * 2 + base[:3])  # some repetition, so lookups and tables hit
+    for spec in ("esp:k=2:bc=30", "lade", "hybrid:bc=auto", "pld"):
+        alone = [Decoder(lm, build(spec), sampling=s, max_new_tokens=40).generate(p).tokens for p in prompts]
+        batch = BatchDecoder(lm, [build(spec) for _ in prompts], sampling=s, max_new_tokens=40).generate(prompts)
+        assert [b.tokens for b in batch] == alone, (arch, mode, spec)
