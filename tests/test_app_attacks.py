@@ -111,7 +111,7 @@ def test_plain_http_non_finite_numbers_are_refused_in_one_line(server, client, c
 @pytest.mark.parametrize("count", [0, 1, len(RAW_GENERATE) - 1])
 def test_plain_http_with_too_few_values_is_refused_in_one_line(server, client, capfd, count):
     event, out = raw_call(server, "generate", '{"data": [' + ", ".join(RAW_GENERATE[:count]) + "]}")
-    assert event == "error" and out["error"] == f"This request sends {count} values; this event takes {len(RAW_GENERATE)}."
+    assert event == "error" and out["error"] == f"⚠️ This request sends {count} values; this event takes {len(RAW_GENERATE)}."
     assert "Traceback" not in capfd.readouterr().err
     still_serving(client)
 
