@@ -76,13 +76,14 @@ def caption(view: str) -> gr.Markdown:
     return gr.Markdown(CAPTIONS[view], elem_classes="esp-caption")
 
 
-def plot_row(*plots: tuple[str, str, str]) -> list[gr.Plot]:
-    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view)."""
+def plot_row(*plots: tuple[str, str, str], elem_id: str | None = None) -> list[gr.Plot]:
+    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view);
+    each figure's column is `<elem_id>-col`."""
     out = []
-    with gr.Row():
-        for label, elem_id, view in plots:
-            with gr.Column(min_width=320):
-                out.append(gr.Plot(label=label, elem_id=elem_id))
+    with gr.Row(elem_id=elem_id):
+        for label, plot_id, view in plots:
+            with gr.Column(min_width=320, elem_id=f"{plot_id}-col"):
+                out.append(gr.Plot(label=label, elem_id=plot_id))
                 caption(view)
     return out
 
@@ -95,9 +96,9 @@ def build_app() -> gr.Blocks:
         _header(page)
         with gr.Row():
             _controls(page)
-            with gr.Column(scale=3, min_width=320):
+            with gr.Column(scale=3, min_width=320, elem_id="views"):
                 _step_views(page)
-                with gr.Tabs() as page.tabs:
+                with gr.Tabs(elem_id="tabs") as page.tabs:
                     _run_tab(page)
                     _other_tabs(page)
         _wire_settings(page)
@@ -182,8 +183,12 @@ def _controls(page: SimpleNamespace) -> None:
 
 
 def _step_views(page: SimpleNamespace) -> None:
-    """Above the tabs: the status line, the step scrubber, playback and focus, and the step in words."""
+    """Above the tabs: the status line, the shown step's draft tree and attention mask (the method, before any
+    control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words. On a
+    narrow screen the mask comes after the step controls, so that they follow the tree (assets/app.css)."""
     page.status = gr.Markdown("Set the controls and press **Run**.", label="Status", elem_id="status")
+    page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
+                                              ("Tree-attention mask", "mask-plot", "mask"), elem_id="figures")
     with gr.Row(elem_id="scrub-row"):
         page.prev = gr.Button("◀ prev", elem_id="prev", size="sm")
         page.scrub = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="scrub")
@@ -202,14 +207,12 @@ def _step_views(page: SimpleNamespace) -> None:
 
 
 def _run_tab(page: SimpleNamespace) -> None:
-    """The Run tab: the generated text and every figure of the shown step."""
+    """The Run tab: the generated text and the shown step's other figures (its tree and mask are above the tabs)."""
     with gr.Tab("Run", id="run"):
         page.text = gr.HighlightedText(label="Generated text", color_map=COLOR_MAP, show_legend=True,
                                        combine_adjacent=False, elem_id="text-view")
         caption("text")
         page.stats = gr.Markdown(label="Summary", elem_id="stats")
-        page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
-                                                  ("Tree-attention mask", "mask-plot", "mask"))
         page.cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
         caption("cost")
         page.cost_note = gr.Markdown(elem_id="cost-note")

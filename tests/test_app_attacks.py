@@ -188,7 +188,7 @@ def test_a_full_queue_answers_busy_in_one_line(lm, monkeypatch):
                 time.sleep(0.05)
             with pytest.raises(QueueError, match="^Queue is full! Please try again.$"):
                 third.predict(prompt=PROMPT, api_name="/generate", **TINY)
-            long.cancel()  # (gradio_client sends even Stop through the queue, which is full)
+            long.cancel()  # (Stop would pass the full queue too: tests/test_door.py)
             assert waiting.result()[0].startswith("**Done**")  # the queue moves on
         finally:
             demo.close()
