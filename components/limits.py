@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from esp.errors import ESPError
 from esp.models import EMBEDDED, in_local_cache
@@ -36,7 +36,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def _networks(values) -> tuple[str, ...]:
+def _networks(values: Iterable[str]) -> tuple[str, ...]:
     """Addresses or networks (ESP_APP_TRUSTED_PROXIES), each checked, as networks ('10.0.0.0/8', '::1/128')."""
     out = []
     for value in (v.strip() for v in values):

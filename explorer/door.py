@@ -7,7 +7,8 @@ one line and before anything is queued, a request from a visitor who already has
 - LIMITS.visitor_runs runs (the model's events: Run, Compare, What-if) queued or running,
 - LIMITS.visitor_waiting requests of any kind waiting in the queue (its share of it), or
 - LIMITS.visitor_sessions sessions open, when the request opens one more (a page's unload closes its session;
-  one idle for SESSION_TTL_S, whose state Gradio then drops, no longer counts).
+  one idle for SESSION_TTL_S, whose state Gradio then drops, no longer counts; a call naming no session is
+  none).
 Gradio's own bound on the whole queue is checked here too, with Gradio's answer, so that Stop (concurrency id
 FREE) passes it: Stop only sets the caller's own session's stop token, so it is never refused and never waits.
 
@@ -90,7 +91,7 @@ class Door:
         self.limits = limits
         self.session_ttl_s = session_ttl_s
         self._sessions: dict[str, dict[str, float]] = {}  # visitor -> {session hash: last request (monotonic)}
-        self._lock = threading.Lock()  # `closed` runs in a worker thread; `push` in the event loop
+        self._lock = threading.Lock()  # `unload` runs in a worker thread; `push` in the event loop
         self._queue: Any = None
         self._max_size: int | None = None
 
@@ -136,7 +137,11 @@ class Door:
         return None
 
     def _seen(self, who: str, session: str | None) -> None:
-        """Count `session` as open for `who` (refused when it would be one too many)."""
+        """Count `session` as open for `who` (refused when it would be one too many). A plain HTTP call that
+        names no session is not counted: it has no page to come back to, and counting each would lock a caller
+        following the API page's curl example out after a few calls."""
+        if session is None:
+            return
         now = time.monotonic()
         with self._lock:
             for sessions in self._sessions.values():
@@ -146,8 +151,7 @@ class Door:
             if session not in sessions and len(sessions) >= self.limits.visitor_sessions:
                 self._refuse(who, f"You already have {self.limits.visitor_sessions} sessions open on this server: "
                                   "close a page (an idle one closes after an hour) and try again.")
-            if session is not None:  # a plain HTTP call without one is a session of its own, used once
-                sessions[session] = now
+            sessions[session] = now
             for key in [k for k, s in self._sessions.items() if not s]:
                 del self._sessions[key]
 

@@ -9,17 +9,19 @@ import dataclasses
 import re
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Iterator
 
 import httpx
 import pytest
+from fastapi import HTTPException
 from gradio_client import Client
 from gradio_client.utils import QueueError, Status
 
 from app_server import gpu_mode
 from components.limits import Limits
 from esp.errors import ESPError
-from explorer.door import is_local, visitor
+from explorer.door import FREE, RUNS, Door, is_local, visitor
 
 PROMPT = "Count from 1 to 10."
 TINY = dict(k=2, bc=30, lam=0.1, max_new_tokens=4)
@@ -66,6 +68,75 @@ def test_the_trusted_proxies_come_from_the_environment_in_one_line():
     assert Limits.from_env({"ESP_APP_VISITOR_RUNS": "3"}).visitor_runs == 3
     with pytest.raises(ESPError, match="^ESP_APP_VISITOR_SESSIONS must be at least 1, not 0.$"):
         Limits.from_env({"ESP_APP_VISITOR_SESSIONS": "0"})
+
+
+class FakeQueue:
+    """What the door reads of Gradio's queue: the events waiting per concurrency id, and the running jobs."""
+
+    def __init__(self):
+        self.event_queue_per_concurrency_id = {RUNS: SimpleNamespace(queue=[]), "views": SimpleNamespace(queue=[])}
+        self.active_jobs = [None, None]
+        self.max_size = 16
+
+    async def push(self, body, request, username):  # the door's checks come first, then Gradio's push
+        return True, "event", "success"
+
+    def __len__(self):
+        return sum(len(q.queue) for q in self.event_queue_per_concurrency_id.values())
+
+
+def request(address: str) -> SimpleNamespace:
+    return SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"),
+                           headers=SimpleNamespace(getlist=lambda name: [address]))
+
+
+@pytest.fixture
+def door():
+    gate = Door(Limits(trusted_proxies=("127.0.0.1/32",)), session_ttl_s=3600)
+    gate.install(SimpleNamespace(_queue=FakeQueue(), fns={}))
+    return gate
+
+
+def event(kind: str, address: str) -> SimpleNamespace:
+    return SimpleNamespace(fn=SimpleNamespace(concurrency_id=kind), request=request(address))
+
+
+def refused(door, kind: str, session: str | None, address: str) -> str | None:
+    try:
+        answer = door.check(kind, session, request(address))
+    except HTTPException as e:
+        assert e.status_code == 429
+        return e.detail
+    return answer and answer[1]
+
+
+def test_the_door_counts_runs_the_queue_share_and_sessions_per_visitor(door):
+    queue = door._queue
+    queue.active_jobs[0] = [event(RUNS, "198.51.100.1")]  # its run holds the model
+    queue.event_queue_per_concurrency_id[RUNS].queue.append(event(RUNS, "198.51.100.1"))  # its second waits
+    assert refused(door, RUNS, "s3", "198.51.100.1") == (
+        "⚠️ You already have 2 runs queued or running on this server: wait for one to end or stop it.")
+    assert refused(door, RUNS, "t1", "203.0.113.1") is None  # another visitor's run joins
+    assert refused(door, "views", "s1", "198.51.100.1") is None  # a render of the first visitor's joins too
+    queue.event_queue_per_concurrency_id["views"].queue += [event("views", "198.51.100.1")] * 3
+    assert refused(door, "views", "s1", "198.51.100.1") == (  # 4 of its requests wait: its share
+        "⚠️ You already have 4 requests waiting in this server's queue: wait for one to be answered.")
+    assert refused(door, FREE, "s1", "198.51.100.1") is None  # Stop passes every limit
+    assert refused(door, RUNS, "local", "127.0.0.1") is None  # and so does the server's own machine
+    queue.event_queue_per_concurrency_id["views"].queue += [event("views", "203.0.113.2")] * 12  # 16 waiting
+    assert refused(door, "views", "t1", "203.0.113.1") == "Queue is full. Max size is 16 and size is 16."
+    assert refused(door, FREE, "t1", "203.0.113.1") is None  # Stop passes the full queue
+
+
+def test_a_visitor_opens_at_most_its_sessions_and_a_closed_one_frees_its_place(door):
+    for n in range(8):
+        assert refused(door, "views", f"s{n}", "198.51.100.1") is None
+    assert refused(door, "views", "s8", "198.51.100.1").startswith("⚠️ You already have 8 sessions open")
+    assert refused(door, "views", "s0", "198.51.100.1") is None  # an open session goes on
+    assert refused(door, "views", None, "198.51.100.1") is None  # a call that names no session is none
+    assert refused(door, "views", "t0", "203.0.113.1") is None  # another visitor opens its own
+    door.unload(SimpleNamespace(session_hash="s3"))
+    assert refused(door, "views", "s8", "198.51.100.1") is None and door.sessions_of("198.51.100.1") == 8
 
 
 # ---------------------------------------------------------------- through a live server
