@@ -20,11 +20,12 @@ from components.compare_view import COLUMNS
 from components.size_view import size_figure, size_sentences
 from components.text_view import COLOR_MAP
 from components.trace_schema import MAX_TRACE_BYTES
-from explorer import calls, gpu, lesson
+from explorer import calls, door, gpu, lesson
 from explorer import requests as rq
 from explorer.calls import KNOB_INFO, TRACES
 from explorer.requests import LIMITS
 from explorer.session import Session, free_session
+from explorer.views import refusal_error
 
 log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -75,13 +76,14 @@ def caption(view: str) -> gr.Markdown:
     return gr.Markdown(CAPTIONS[view], elem_classes="esp-caption")
 
 
-def plot_row(*plots: tuple[str, str, str]) -> list[gr.Plot]:
-    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view)."""
+def plot_row(*plots: tuple[str, str, str], elem_id: str | None = None) -> list[gr.Plot]:
+    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view);
+    each figure's column is `<elem_id>-col`."""
     out = []
-    with gr.Row():
-        for label, elem_id, view in plots:
-            with gr.Column(min_width=320):
-                out.append(gr.Plot(label=label, elem_id=elem_id))
+    with gr.Row(elem_id=elem_id):
+        for label, plot_id, view in plots:
+            with gr.Column(min_width=320, elem_id=f"{plot_id}-col"):
+                out.append(gr.Plot(label=label, elem_id=plot_id))
                 caption(view)
     return out
 
@@ -94,9 +96,9 @@ def build_app() -> gr.Blocks:
         _header(page)
         with gr.Row():
             _controls(page)
-            with gr.Column(scale=3, min_width=320):
+            with gr.Column(scale=3, min_width=320, elem_id="views"):
                 _step_views(page)
-                with gr.Tabs() as page.tabs:
+                with gr.Tabs(elem_id="tabs") as page.tabs:
                     _run_tab(page)
                     _other_tabs(page)
         _wire_settings(page)
@@ -116,8 +118,7 @@ def count_checked(demo: gr.Blocks) -> None:
     def validate(block_fn, inputs: list) -> None:
         if len(inputs) < len(block_fn.inputs):
             wanted = sum(not isinstance(b, gr.State) for b in block_fn.inputs)  # the session is not sent
-            raise gr.Error(f"This request sends {len(inputs)} values; this event takes {wanted}.",
-                           print_exception=False)
+            raise refusal_error(f"This request sends {len(inputs)} values; this event takes {wanted}.")
         check(block_fn, inputs)
 
     demo.validate_inputs = validate
@@ -182,8 +183,12 @@ def _controls(page: SimpleNamespace) -> None:
 
 
 def _step_views(page: SimpleNamespace) -> None:
-    """Above the tabs: the status line, the step scrubber, playback and focus, and the step in words."""
+    """Above the tabs: the status line, the shown step's draft tree and attention mask (the method, before any
+    control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words. On a
+    narrow screen the mask comes after the step controls, so that they follow the tree (assets/app.css)."""
     page.status = gr.Markdown("Set the controls and press **Run**.", label="Status", elem_id="status")
+    page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
+                                              ("Tree-attention mask", "mask-plot", "mask"), elem_id="figures")
     with gr.Row(elem_id="scrub-row"):
         page.prev = gr.Button("◀ prev", elem_id="prev", size="sm")
         page.scrub = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="scrub")
@@ -202,14 +207,12 @@ def _step_views(page: SimpleNamespace) -> None:
 
 
 def _run_tab(page: SimpleNamespace) -> None:
-    """The Run tab: the generated text and every figure of the shown step."""
+    """The Run tab: the generated text and the shown step's other figures (its tree and mask are above the tabs)."""
     with gr.Tab("Run", id="run"):
         page.text = gr.HighlightedText(label="Generated text", color_map=COLOR_MAP, show_legend=True,
                                        combine_adjacent=False, elem_id="text-view")
         caption("text")
         page.stats = gr.Markdown(label="Summary", elem_id="stats")
-        page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
-                                                  ("Tree-attention mask", "mask-plot", "mask"))
         page.cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
         caption("cost")
         page.cost_note = gr.Markdown(elem_id="cost-note")
@@ -289,11 +292,15 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
                    [page.status, page.scrub, *_views(page), page.session], api_name="generate", **model)
     page.compare_btn.click(calls.compare, [page.prompt, *knobs],
                            [page.compare_status, page.compare_table, page.compare_plot], api_name="compare", **model)
-    # Not queued and not a cancel: it only sets the run's stop token, so it answers at once even while
-    # the queue is busy, and the run (here or in a GPU worker) ends after the step in progress with
+    # Not queued from the page and not a cancel: it only sets the run's stop token, so it answers at once even
+    # while the queue is busy, and the run (here or in a GPU worker) ends after the step in progress with
     # a final update. The page says "Stopping…" before the server answers (STOPPING_JS), in a listener
     # registered after this one: registered before it, the page never sent the stop (checked).
-    page.stop.click(calls.request_stop, [page.session], None, queue=False, api_name="stop", show_progress="hidden")
+    # Through the API (gradio_client, plain HTTP) every event joins the queue, Stop too: there it has a
+    # concurrency group of its own with no limit (explorer.door.FREE), and the door lets it past a full queue
+    # and every per-visitor limit, so it runs at once. It only reaches the caller's own session's run.
+    page.stop.click(calls.request_stop, [page.session], None, queue=False, api_name="stop", show_progress="hidden",
+                    concurrency_id=door.FREE, concurrency_limit=None)
     page.stop.click(None, page.status, page.status, js=STOPPING_JS, queue=False, api_visibility="private")
     page.whatif_btn.click(calls.whatif, [page.scrub, *knobs, page.method, page.session],
                           [page.whatif_note, page.whatif_orig, page.whatif_alt], api_name="whatif", **model)
@@ -374,8 +381,14 @@ def _wire_header(page: SimpleNamespace) -> None:
 def queued(demo: gr.Blocks) -> gr.Blocks:
     """`demo` with the server's queue: at most LIMITS.queue_size requests waiting (all events together);
     one more gets Gradio's one-line busy answer (the page: "This application is currently busy. Please
-    try again."; gradio_client: QueueError "Queue is full! Please try again."; HTTP 503)."""
-    return demo.queue(max_size=LIMITS.queue_size, default_concurrency_limit=1)
+    try again."; gradio_client: QueueError "Queue is full! Please try again."; HTTP 503). In front of it,
+    the door (explorer.door): each visitor's share of the queue, its runs and its sessions, and Stop's way
+    past a full queue."""
+    gate = door.Door(LIMITS, SESSION_TTL_S)
+    demo.unload(gate.unload)  # a closed page's session no longer counts for its visitor
+    demo.queue(max_size=LIMITS.queue_size, default_concurrency_limit=1)
+    gate.install(demo)
+    return demo
 
 
 def launch_options() -> dict:

@@ -92,7 +92,7 @@
     const theme = params.get("__theme") || localStorage.getItem("esp-theme");
     if (theme) document.body.classList.toggle("dark", theme === "dark");
     byId("copy-link")?.addEventListener("click", () => api.copyLink());
-    // Phones: the views come first and the controls wait behind this toggle (app.css hides them there).
+    // Phones: the controls wait behind this toggle, at the top of the page (app.css hides them there).
     const controls = byId("controls");
     if (controls && !byId("controls-toggle")) {
       const toggle = document.createElement("button");

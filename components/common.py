@@ -1,4 +1,4 @@
-"""Shared bits of the view layer: trace normalisation, status colours, visible whitespace, and the two
+"""Shared bits of the view layer: trace normalisation, status colours, visible whitespace, and the
 escaping helpers through which every text from a link, a trace or a prompt reaches the page."""
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ _WS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 _MD = {ord(c): "\\" + c for c in "\\`*[]|~$@"} | {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;",
                                                 ord("\n"): " ", ord("\r"): " "}
 _MD_RE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|:(?=//)|(?<=www)\.", re.IGNORECASE)
+# A toast (gr.Warning, gr.Error) is HTML on the page and plain text to an API caller: only a `<` that opens a
+# tag (a letter, `/`, `!` or `?` after it) and an `&` that opens a character reference differ between the two.
+_TOAST_RE = re.compile(r"<(?=[A-Za-z/!?])|&(?=[#A-Za-z0-9])")
+_TOAST = {"<": "‹", "&": "＆"}
 # Plotly renders a subset of HTML (<b>, <a href>, <span style>, <br>) in titles, tick labels, text and hovers.
 _PLOT = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
 
@@ -46,6 +50,13 @@ def md_text(value: object) -> str:
     """`value` as literal text inside Gradio Markdown: a `<b>`, a `**` or a link from a link, a trace or a
     prompt shows as those characters. Inline code spans need none of this (their content is literal)."""
     return _MD_RE.sub(lambda m: "\\" + m.group(), str(value).translate(_MD))
+
+
+def toast_text(value: object) -> str:
+    """`value` as the plain sentence a toast shows: the same characters on the page, which renders a toast's
+    message as HTML, and through gradio_client, which hands it over as it is. What could open a tag or a
+    character reference becomes a look-alike (‹b›, ＆lt;); everything else, quotes included, stays."""
+    return _TOAST_RE.sub(lambda m: _TOAST[m.group()], str(value))
 
 
 def plot_text(value: object) -> str:

@@ -3,15 +3,17 @@ shares its one model among visitors (queue, sessions, Compare's tokens, concurre
 
 Set by environment variables, read once at start: ESP_APP_MODELS (comma-separated names: 'embedded', Hub
 ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_MAX_COMPARE_TOKENS,
-ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_THREADS. docs/SECURITY.md lists
-every cap and where it is enforced. The CLI and the benchmark do not go through these limits: they load
+ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_THREADS, ESP_APP_VISITOR_RUNS,
+ESP_APP_VISITOR_WAITING, ESP_APP_VISITOR_SESSIONS and ESP_APP_TRUSTED_PROXIES (comma-separated addresses or
+networks). docs/SECURITY.md lists every cap and where it is enforced. The CLI and the benchmark do not go through these limits: they load
 any id or folder they are given.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from esp.errors import ESPError
 from esp.models.loader import EMBEDDED, in_local_cache
@@ -19,6 +21,9 @@ from esp.models.offline import offline_models
 
 # Small Hub models offered on a Space (which has network access) besides the embedded one.
 SPACE_MODELS = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen3-0.6B")
+# On a Space the app is reached through Hugging Face's proxy, from its internal network (the connection's
+# address is a 10.x one there); the proxy names the visitor in X-Forwarded-For (docs/SECURITY.md).
+SPACE_PROXIES = ("10.0.0.0/8",)
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -29,6 +34,19 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     if value < 1:
         raise ESPError(f"{name} must be at least 1, not {value}.")
     return value
+
+
+def _networks(values: Iterable[str]) -> tuple[str, ...]:
+    """Addresses or networks (ESP_APP_TRUSTED_PROXIES), each checked, as networks ('10.0.0.0/8', '::1/128')."""
+    out = []
+    for value in (v.strip() for v in values):
+        if not value:
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(value, strict=False)))
+        except ValueError:
+            raise ESPError(f"ESP_APP_TRUSTED_PROXIES: {value!r} is not an address or a network.") from None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,15 @@ class Limits:
     # with every core in torch's pool, a busy 2-core machine made steps 5x slower (pool threads spin-wait
     # for a core) and Stop, which acts at step boundaries, took seconds.
     threads: int = max(1, (os.cpu_count() or 1) - 1)
+    # Per visitor (one address, explorer.door), checked before anything is queued: runs (Run, Compare,
+    # What-if) queued or running; requests of any kind waiting in the queue (its share of queue_size); and
+    # sessions open. With these, one address opening many sessions cannot fill the queue for everyone else.
+    visitor_runs: int = 2
+    visitor_waiting: int = 4
+    visitor_sessions: int = 8
+    # The proxies whose X-Forwarded-For names the visitor (addresses or networks); from anyone else the
+    # header is ignored. Default: none, or SPACE_PROXIES on a Space.
+    trusted_proxies: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
@@ -67,8 +94,11 @@ class Limits:
             listed = [EMBEDDED, *offline_models()] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
         numbers = {name: _int(env, f"ESP_APP_{name.upper()}", getattr(cls, name))
                    for name in ("max_prompt_tokens", "max_new_tokens", "max_compare_tokens", "queue_size",
-                                "max_sessions", "held_runs", "threads")}
-        return cls(tuple(dict.fromkeys(listed)), **numbers)
+                                "max_sessions", "held_runs", "threads", "visitor_runs", "visitor_waiting",
+                                "visitor_sessions")}
+        proxies = env.get("ESP_APP_TRUSTED_PROXIES")
+        proxies = SPACE_PROXIES if proxies is None and env.get("SPACE_ID") else (proxies or "").split(",")
+        return cls(tuple(dict.fromkeys(listed)), **numbers, trusted_proxies=_networks(proxies))
 
     def check_model(self, name: str | None) -> str:
         """The model name if this server offers it; otherwise one refusing sentence (nothing is loaded)."""

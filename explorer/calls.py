@@ -37,7 +37,7 @@ from esp.trace import RunSummary, StepTrace
 from . import emulation, gpu
 from .requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from .session import Session
-from .views import FAST_VIEWS, VIEWS, refusal, render, status
+from .views import FAST_VIEWS, VIEWS, refusal, refusal_line, render, status
 from .worker import decode_once, rerun_step, run_steps
 
 log = logging.getLogger("esp.app")
@@ -206,7 +206,7 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
         s = run_settings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
                          top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
     except ESPError as e:
-        return f"⚠️ {md_text(e)}"
+        return refusal_line(str(e))
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
     return f"Ready: {s.describe()}{note}"
 

@@ -6,7 +6,6 @@ import logging
 
 import gradio as gr
 
-from components.common import md_text
 from components.settings import KNOBS
 from components.tour import load_tour
 from esp import methods
@@ -15,7 +14,7 @@ from esp.errors import ESPError
 from .calls import SHIPPED, TRACES, open_shipped, show_step, whole
 from .requests import LIMITS, SPEED as SPEED_FIELD, STEP, Text, guard
 from .session import Session
-from .views import VIEWS, refusal
+from .views import VIEWS, refusal, refusal_line
 
 log = logging.getLogger("esp.app")
 # The page's tabs by id (app.py): a link's `tab=` and a tour stop's view name one of them.
@@ -62,7 +61,7 @@ def open_link(session: Session | None, request: gr.Request | None = None) -> tup
         return (*out, gr.Tabs(selected=tab))
     message = "This link was partly wrong: " + "; ".join(problems) + "."  # quotes the link: shown as text
     log.info("link clamped: %s", message)
-    return (f"⚠️ {md_text(message)} · {out[0]}", *out[1:], gr.Tabs(selected=tab))
+    return (f"{refusal_line(message)} · {out[0]}", *out[1:], gr.Tabs(selected=tab))
 
 
 def trace_controls(session: Session | None) -> tuple:

@@ -12,14 +12,11 @@ visitor gets one line too.
 from __future__ import annotations
 
 import functools
-import html
 import inspect
 import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
-
-import gradio as gr
 
 from components.limits import Limits
 from components.settings import INITS, LAYOUTS, MODES, TREES, RunSettings
@@ -27,7 +24,7 @@ from esp import methods
 from esp.errors import ESPError
 
 from .session import HELD
-from .views import refusal
+from .views import refusal, refusal_error
 
 log = logging.getLogger("esp.app")
 LIMITS = Limits.from_env()  # the server's caps (models, prompt, tokens, queue, sessions): read once at start
@@ -40,7 +37,7 @@ SEED_MAX = 2**31 - 1
 
 def shown(value: Any) -> str:
     """A sent value as a refusal quotes it: its repr cut to 40 characters (it may be huge). The refusal
-    reaches the page as text (explorer.views.refuse), markup and links included."""
+    reaches the page as text (explorer.views.refusal_line), markup and links included."""
     big = isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30
     text = f"a {value.bit_length()}-bit number" if big else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -149,12 +146,11 @@ def guard(where: str, outputs: int | None, status_at: int = 0, **fields: Field) 
     """A handler whose arguments named in `fields` are parsed before it runs. A bad value, or an ESPError
     the handler raises, is answered by the refusal output: `outputs` values, each gr.skip() but the ⚠️
     line at `status_at`; with `outputs` None (a handler with no status output, e.g. Export) the line is
-    a gr.Error, which the page shows as a toast and gradio_client raises with the line (no traceback).
+    a gr.Error (explorer.views.refusal_error).
     Generators stay generators (Gradio streams them)."""
     def refused(message: str):
         if outputs is None:
-            log.info("refused %s: %s", where, message)
-            raise gr.Error(f"⚠️ {html.escape(message)}", print_exception=False)  # the toast renders HTML
+            raise refusal_error(message, where)
         out = refusal(message, outputs, where)
         return (*out[1: status_at + 1], out[0], *out[status_at + 1:])
 

@@ -1,13 +1,13 @@
 """A stored step's views and the status line (main process only: figures never cross a process)."""
 from __future__ import annotations
 
-import html
 import logging
+from typing import Literal
 
 import gradio as gr
 
 from components.align_plot import align_figure
-from components.common import md_text
+from components.common import md_text, toast_text
 from components.cost_view import cost_figure, cost_sentences
 from components.focus import focus_choices, focus_node, focus_note
 from components.mask_plot import mask_figure
@@ -72,14 +72,31 @@ def status(session: Session, i: int, state: str = "done") -> str:
     return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {md_text(session.meta['settings'])}{source}"
 
 
+def refusal_line(message: str, medium: Literal["markdown", "toast"] = "markdown") -> str:
+    """A refusal's one line as its medium shows it; every refusal the server sends is made here. The message
+    may quote what the visitor sent. "markdown" (a status line, a note): escaped, so that markup, links and
+    formulas read as text (md_text). "toast" (gr.Warning, gr.Error, a refused queue join): the plain
+    sentence, which the page renders as HTML and gradio_client hands to an API caller as it is, with only what
+    could open a tag or a character reference replaced by a look-alike (toast_text), so both read the same."""
+    return f"⚠️ {md_text(message) if medium == 'markdown' else toast_text(message)}"
+
+
 def refuse(message: str, where: str) -> str:
-    """A user error: one log line (no traceback) and one toast; returns the status line to show. The message
-    may quote what the visitor sent, so it reaches the page as text (the toast renders HTML)."""
+    """A user error: one log line (no traceback) and one toast; returns the status line to show."""
     log.info("refused %s: %s", where, message)
-    gr.Warning(html.escape(message))
-    return f"⚠️ {md_text(message)}"
+    gr.Warning(refusal_line(message, "toast"))
+    return refusal_line(message)
 
 
 def refusal(message: str, outputs: int, where: str) -> tuple:
     """`refuse`, as an output tuple whose first output is the status; every other output keeps its value."""
     return (refuse(message, where), *(gr.skip() for _ in range(outputs - 1)))
+
+
+def refusal_error(message: str, where: str | None = None) -> gr.Error:
+    """`refuse` for an event with no status output (Export, the speed box, a request Gradio refuses before any
+    handler): a gr.Error to raise, which the page shows as a toast and gradio_client raises as AppError, with
+    the line and no traceback in the log."""
+    if where is not None:
+        log.info("refused %s: %s", where, message)
+    return gr.Error(refusal_line(message, "toast"), print_exception=False)

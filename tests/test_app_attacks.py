@@ -111,7 +111,7 @@ def test_plain_http_non_finite_numbers_are_refused_in_one_line(server, client, c
 @pytest.mark.parametrize("count", [0, 1, len(RAW_GENERATE) - 1])
 def test_plain_http_with_too_few_values_is_refused_in_one_line(server, client, capfd, count):
     event, out = raw_call(server, "generate", '{"data": [' + ", ".join(RAW_GENERATE[:count]) + "]}")
-    assert event == "error" and out["error"] == f"This request sends {count} values; this event takes {len(RAW_GENERATE)}."
+    assert event == "error" and out["error"] == f"⚠️ This request sends {count} values; this event takes {len(RAW_GENERATE)}."
     assert "Traceback" not in capfd.readouterr().err
     still_serving(client)
 
@@ -188,7 +188,7 @@ def test_a_full_queue_answers_busy_in_one_line(lm, monkeypatch):
                 time.sleep(0.05)
             with pytest.raises(QueueError, match="^Queue is full! Please try again.$"):
                 third.predict(prompt=PROMPT, api_name="/generate", **TINY)
-            long.cancel()  # (gradio_client sends even Stop through the queue, which is full)
+            long.cancel()  # (Stop would pass the full queue too: tests/test_door.py)
             assert waiting.result()[0].startswith("**Done**")  # the queue moves on
         finally:
             demo.close()

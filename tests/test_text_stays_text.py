@@ -7,17 +7,21 @@ import copy
 import html
 import json
 import re
+import warnings
+from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
+import gradio as gr
 import plotly.graph_objects as go
+import pytest
 
-from components.common import md_text, plot_text
+from components.common import md_text, plot_text, toast_text
 from components.lecture import _PAGE, fill, lecture_html, script_json
 from components.settings import RunSettings
 from explorer import calls, lesson
 from explorer.session import Session
-from explorer.views import VIEWS
+from explorer.views import VIEWS, refuse, refusal_line
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a crafted trace carries, field by field; none of it may reach the page as markup.
@@ -83,6 +87,60 @@ def test_the_helpers_escape_what_renders_and_keep_words_whole():
     assert md_text("see http://e.example, www.e.example or me@e.example") == \
         "see http\\://e.example, www\\.e.example or me\\@e.example"
     assert plot_text("<b>x</b> & y") == "&lt;b&gt;x&lt;/b&gt; &amp; y"
+
+
+class _Rendered(HTMLParser):
+    """What a browser shows of an HTML string: its text, and the tags that it would render."""
+
+    def __init__(self, markup: str):
+        super().__init__(convert_charrefs=True)
+        self.text, self.tags = "", []
+        self.feed(markup)
+        self.close()
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        self.tags.append(tag)
+
+    handle_startendtag = handle_starttag
+
+    def handle_comment(self, data: str) -> None:
+        self.tags.append("!--")
+
+    def handle_pi(self, data: str) -> None:
+        self.tags.append("?")
+
+
+SENT = "step must be a number, not '<b>x</b>' & '&#x27;<!--c--><?p' (a < b, c >= 2)."
+
+
+def test_a_refusal_in_markdown_is_escaped_and_in_a_toast_is_the_plain_sentence():
+    status = refusal_line(SENT)  # a status line (Markdown)
+    assert status.startswith("⚠️ ") and "<b>" not in status and read(status) == f"⚠️ {SENT}"
+    toast = refusal_line(SENT, "toast")  # gr.Warning, gr.Error, a refused queue join
+    assert toast == "⚠️ step must be a number, not '‹b>x‹/b>' & '＆#x27;‹!--c-->‹?p' (a < b, c >= 2)."
+    shown = _Rendered(toast)  # the page renders a toast's message as HTML; gradio_client hands over the string
+    assert shown.text == toast and not shown.tags  # so both read the same characters, and no markup forms
+    assert _Rendered(SENT).tags and toast_text("it's <3 & ok") == "it's <3 & ok"  # only what would render moves
+
+
+def test_every_kind_of_refusal_uses_its_medium(tmp_path):
+    with warnings.catch_warnings(record=True) as toasts:
+        warnings.simplefilter("always")
+        assert refuse(SENT, "test") == refusal_line(SENT)  # the status, and its toast (outside a request, a warning)
+    assert [str(w.message) for w in toasts] == [refusal_line(SENT, "toast")]
+    session = Session()
+    calls.open_shipped("trace_copy", session)
+    with pytest.raises(gr.Error) as e:  # Export has no status: its refusal is a toast (and gradio_client's AppError)
+        calls.export(session, "x")
+    assert e.value.message == "⚠️ step must be a number, not 'x'."  # no &#x27; in either medium
+    with pytest.raises(gr.Error) as e:
+        calls.export(session, "<b>x</b>")
+    assert e.value.message == "⚠️ step must be a number, not '‹b>x‹/b>'."
+    note = calls.check_settings(2, 30, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 64, "efficient", "<b>m</b>")
+    assert note == refusal_line("Unknown method '<b>m</b>': choose from " + note.split("choose from ")[1])
 
 
 def test_markup_in_a_link_shows_as_text():
