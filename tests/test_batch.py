@@ -168,16 +168,17 @@ def test_a_streamer_hears_the_prompt_then_each_token_then_end(hf, alone):
     assert out[0, len(ids):].tolist() == ref
     assert calls[0] == ("put", [ids]) and calls[-1] == ("end", None)
     assert [v for kind, v in calls[1:-1]] == [[t] for t in ref]  # one put per new token, in order, EOS included
-    streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
-    box = {}
-    worker = threading.Thread(target=lambda: box.update(out=model.generate(
-        torch.tensor([ids]), custom_generate=str(ROOT), trust_remote_code=True, method="hybrid:bc=auto",
-        max_new_tokens=N, streamer=streamer)))
-    worker.start()
-    text = "".join(streamer)  # read from this thread while generate runs in the other; ends at the run's EOS
-    worker.join(timeout=120)
-    assert text == tok.decode(ref, skip_special_tokens=True)
-    assert box["out"][0, len(ids):].tolist() == ref
+    for prompt_ids, greedy in alone[1:4]:
+        streamer = TextIteratorStreamer(tok, skip_prompt=True)
+        box = {}
+        worker = threading.Thread(target=lambda: box.update(out=model.generate(
+            torch.tensor([prompt_ids]), custom_generate=str(ROOT), trust_remote_code=True, method="hybrid:bc=auto",
+            max_new_tokens=N, streamer=streamer)))
+        worker.start()
+        text = "".join(streamer)  # read here while generate runs in the other thread; ends with the run
+        worker.join(timeout=120)
+        assert text == tok.decode(greedy)  # the EOS's text included, as generate()'s streamer shows it
+        assert box["out"][0, len(prompt_ids):].tolist() == greedy
 
 
 class _Offers:
