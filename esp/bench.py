@@ -50,8 +50,9 @@ ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the m
                "measured speed-up over the oracle's. Flat curve (rows free): every decoding step costs t(1).")
 
 
-def load_questions(path: str, per_category: int | None) -> list[dict]:
-    """Questions in file order, the first `per_category` of each category."""
+def load_questions(path: str, per_category: int | None, ids: list[int] | None = None) -> list[dict]:
+    """Questions in file order, the first `per_category` of each category (of those whose question_id is
+    in `ids`, when given)."""
     p = Path(path)
     if not p.is_file():
         raise ESPError(f"Questions file {path!r} not found (Spec-Bench's question.jsonl, one JSON object a line).")
@@ -65,11 +66,13 @@ def load_questions(path: str, per_category: int | None) -> list[dict]:
             q["turns"][0], q["category"]
         except (ValueError, KeyError, IndexError, TypeError):
             raise ESPError(f"{path}:{n} is not a Spec-Bench question (needs 'category' and 'turns').") from None
+        if ids is not None and q.get("question_id") not in ids:
+            continue
         if per_category is None or seen[q["category"]] < per_category:
             seen[q["category"]] += 1
             out.append(q)
     if not out:
-        raise ESPError(f"{path} holds no questions.")
+        raise ESPError(f"{path} holds no questions" + (f" with the ids {ids}." if ids is not None else "."))
     return out
 
 
@@ -507,6 +510,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default="ar,esp",
                    help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30")
     p.add_argument("--per-category", type=int, default=None, help="first N questions of each category")
+    p.add_argument("--ids", help="only the questions with these question_ids, comma-separated (e.g. 81,121)")
     add_model_args(p)
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
@@ -547,7 +551,11 @@ def main(argv: list[str] | None = None) -> None:
     if "ar" not in specs:
         specs.insert(0, "ar")  # every speed-up and the lossless check are relative to ar
     drafters = {s: Drafters(s, esp_defaults(a), protocol_of(s, a.protocol), a.repeats) for s in specs}
-    questions = load_questions(a.questions, a.per_category)
+    try:
+        ids = None if a.ids is None else [int(x) for x in a.ids.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--ids takes question ids separated by commas, not {a.ids!r}.")
+    questions = load_questions(a.questions, a.per_category, ids)
 
     from .models import load
 
