@@ -225,3 +225,36 @@ def speed(answers: Path, base: Path, count: Callable[[str], int], task: str = "o
     tps, base_tps = sum(speeds) / len(speeds), sum(base_speeds) / len(base_speeds)
     return {"mean_accepted": sum(accepted) / len(accepted), "tokens_per_s": tps, "base_tokens_per_s": base_tps,
             "speedup": tps / base_tps}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m esp.answers DIR`: every method's answer file in DIR scored by Spec-Bench's speed.py
+    formula against the `ar` file, per task."""
+    import argparse
+
+    from .models import load
+
+    p = argparse.ArgumentParser(prog="python -m esp.answers", description=main.__doc__)
+    p.add_argument("folder", help="an esp.bench --answers folder")
+    p.add_argument("--model", default="embedded", help="the run's model (its tokenizer counts the base's texts)")
+    a = p.parse_args(argv)
+    lm = load(a.model)
+    model_id = model_slug(lm.name)
+    base = Path(a.folder) / f"{model_id}-ar.jsonl"
+    if not base.is_file():
+        raise ESPError(f"{base} not found: score a folder of an esp.bench --answers run of this model.")
+    count = lambda text: len(lm.tokenizer(text).input_ids)  # noqa: E731
+    print("method | task | mean accepted tokens | tokens/s | base tokens/s | speed-up")
+    for f in sorted(Path(a.folder).glob(f"{model_id}-*.jsonl")):
+        present = {r["category"] for r in read_lines(f)}
+        for task in TASKS:
+            if task == "overall" or (present & set(MT_BENCH) if task == "mt_bench" else task in present):
+                s = speed(f, base, count, task)
+                print(f"{f.stem[len(model_id) + 1:]} | {task} | {s['mean_accepted']:.3f} | {s['tokens_per_s']:.2f} | "
+                      f"{s['base_tokens_per_s']:.2f} | {s['speedup']:.3f}x")
+
+
+if __name__ == "__main__":
+    from .cli import run_main
+
+    run_main(main)

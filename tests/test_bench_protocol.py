@@ -8,6 +8,7 @@ import pytest
 from conftest import spec_bench
 from esp import bench
 from esp.bench import COLD, HOT, Drafters, protocol_line, protocol_of
+from esp.answers import main as answers_main
 from esp.answers import speed
 from esp.errors import ESPError
 
@@ -99,7 +100,7 @@ def _two_turn_and_one(n_two: int = 1, n_one: int = 1) -> list[dict]:
             + [q for q in qs if q["category"] == "translation"][:n_one])
 
 
-def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench_s(lm, tmp_path, monkeypatch):
+def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench_s(lm, tmp_path, monkeypatch, capsys):
     qs = _two_turn_and_one()
     prompts: list[list[int]] = []
     turn = bench.engine_turn
@@ -139,6 +140,12 @@ def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench
         ends = [t for t in (r["tokens"][: c["new_tokens"][0]], r["tokens"][c["new_tokens"][0]:]) if t]
         for text, n, toks in zip(c["turns"], c["new_tokens"], ends):
             assert count(text) - 1 == n - 1 - (toks[-1] in lm.eos_ids)
+    capsys.readouterr()
+    answers_main([str(answers)])  # the same formula from the command line, per task
+    printed = capsys.readouterr().out.splitlines()
+    pld = speed(files["pld"], files["ar"], count)
+    assert f"pld | overall | {pld['mean_accepted']:.3f} | {pld['tokens_per_s']:.2f}" in "\n".join(printed)
+    assert any(x.startswith("pld | mt_bench |") for x in printed) and any(x.startswith("ar | translation |") for x in printed)
 
 
 def _kill_after_first_question(argv: list[str], records) -> None:
