@@ -207,10 +207,9 @@ def chart(results: dict, path: str) -> None:
 
 @dataclass
 class Turn:
-    """One turn's generation: the prompt it answered, its tokens and text, seconds, and the engine's run
-    (None for transformers' generate(), which makes one forward a token)."""
+    """One turn's generation: its tokens and text, seconds, and the engine's run (None for transformers'
+    generate(), which makes one forward a token)."""
 
-    prompt: list[int]
     tokens: list[int]
     top2: list
     seconds: float
@@ -241,14 +240,14 @@ def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace) -> 
     """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end)."""
     g = Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
                 timings=False).generate(ids)
-    return Turn(ids, g.tokens, [t for s in g.steps for t in s.top2], g.summary.seconds,
+    return Turn(g.tokens, [t for s in g.steps for t in s.top2], g.summary.seconds,
                 answer_text(lm.tokenizer, g.tokens, lm.eos_ids), g)
 
 
 def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
     """One turn through transformers' model.generate (the reference row)."""
     tokens, top2, seconds = reference(lm, ids, max_new_tokens)
-    return Turn(ids, tokens, top2, seconds, answer_text(lm.tokenizer, tokens, lm.eos_ids))
+    return Turn(tokens, top2, seconds, answer_text(lm.tokenizer, tokens, lm.eos_ids))
 
 
 def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[int], float] | None = None,
@@ -556,9 +555,6 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         fail(f"--ids takes question ids separated by commas, not {a.ids!r}.")
     questions = load_questions(a.questions, a.per_category, ids)
-
-    from .models import load
-
     if a.answers and any("question_id" not in q for q in questions):
         fail(f"--answers needs a question_id on every question of {a.questions}.")
 
