@@ -224,6 +224,12 @@ class Turn:
     def answer(self) -> dict:
         return {"text": self.text, "tokens": len(self.tokens), "seconds": self.seconds, "accept": self.accept}
 
+    @classmethod
+    def of(cls, lm, g: Generation) -> "Turn":
+        """The turn an engine run made."""
+        return cls(g.tokens, [t for s in g.steps for t in s.top2], g.summary.seconds,
+                   answer_text(lm.tokenizer, g.tokens, lm.eos_ids), g)
+
 
 def converse(lm, turns: list[str], one: Callable[[list[int]], Turn]) -> list[Turn]:
     """Every turn of a question in one conversation: each prompt holds the earlier turns and the answers
@@ -238,10 +244,8 @@ def converse(lm, turns: list[str], one: Callable[[list[int]], Turn]) -> list[Tur
 
 def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace) -> Turn:
     """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end)."""
-    g = Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
-                timings=False).generate(ids)
-    return Turn(g.tokens, [t for s in g.steps for t in s.top2], g.summary.seconds,
-                answer_text(lm.tokenizer, g.tokens, lm.eos_ids), g)
+    return Turn.of(lm, Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
+                               timings=False).generate(ids))
 
 
 def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
