@@ -211,7 +211,7 @@ def speed(answers: Path, base: Path, count: Callable[[str], int], task: str = "o
     accept_lengths entry), the mean tokens/s of the method (new_tokens) and of the base (its texts
     counted again, `count(text) - 1` per turn), and their ratio."""
     def pick(path: Path) -> list[dict]:
-        rows = read_lines(path)
+        rows = read_lines(Path(path))
         if task == "overall":
             return rows
         return [r for r in rows if (r["category"] in MT_BENCH if task == "mt_bench" else r["category"] == task)]
