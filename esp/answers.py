@@ -135,8 +135,9 @@ class RunFolder:
         self._check_args()
         finals = self.files()
         mine = [[self.part(f) for f in finals]]
-        if self.rank == 0:  # parts of ranks that no longer exist are nobody else's to repair
-            gone = sorted({int(p.name.rsplit(".rank", 1)[1]) for f in finals for p in self.parts(f)} - set(range(self.world)))
+        if self.rank == 0:  # parts of ranks that no longer exist (all, in a world of one) are nobody else's
+            ranks = {int(p.name.rsplit(".rank", 1)[1]) for f in finals for p in self.parts(f)}
+            gone = sorted(ranks - set(range(self.world if self.world > 1 else 0)))
             mine += [[self.part(f, r) for f in finals] for r in gone]
         for records, *answers in mine:
             self._repair(records, "index")

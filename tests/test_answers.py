@@ -73,6 +73,12 @@ def test_ranks_write_parts_that_rank_0_merges_in_question_order(tmp_path):
     assert not ranks[0].answers("ar").exists() and len(ranks[0].parts(ranks[0].answers("ar"))) == 2
     # A rerun in a world of three sees every rank's work as done.
     assert sorted(RunFolder(str(tmp_path), "m", ["ar"], ARGS, rank=2, world=3).open()) == [0, 1, 2]
+    # Killed before the merge: a world of one repairs what the ranks left and merges it at its end.
+    with open(ranks[1].part(ranks[1].answers("ar")), "a") as f:
+        f.write(json.dumps(_line(109)) + "\n")  # an answer line whose record was never written
+    alone = RunFolder(str(tmp_path), "m", ["ar"], ARGS)
+    assert sorted(alone.open()) == [0, 1, 2]
+    assert [x["question_id"] for x in read_lines(alone.part(alone.answers("ar"), 1))] == [101]
     ranks[0].merge({100: 0, 101: 1, 102: 2})
     assert [x["question_id"] for x in read_lines(ranks[0].answers("ar"))] == [100, 101, 102]
     assert [x["index"] for x in read_lines(ranks[0].records)] == [0, 1, 2]
