@@ -17,6 +17,7 @@ the end, so that ranks on several nodes never append to one file.
 `speed` reads answer files by Spec-Bench's `evaluation/speed.py` formula (our reading of it; no code of
 theirs): per question tokens / seconds, the method's tokens from `new_tokens`, the base's counted again
 from its texts as `len(tokenizer(text).input_ids) - 1` per turn; speed-up = mean / mean.
+`python -m esp.answers DIR` prints it for every answer file of a run folder, per task.
 """
 from __future__ import annotations
 
