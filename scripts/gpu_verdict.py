@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from esp.bench.run import aggregate, record  # noqa: E402
+from esp.bench.run import Turn, aggregate, record  # noqa: E402
 from esp.device import canonical  # noqa: E402
 from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
@@ -89,7 +89,7 @@ def main() -> None:
         for q, ids in qs:
             for spec in METHODS:
                 g = Decoder(lm, build(spec), max_new_tokens=tokens, trace_mask=False, timings=False).generate(ids)
-                rows.append(record(q, spec, g, False))
+                rows.append(record(q, spec, [Turn.of(lm, g)], False))
         res = aggregate(rows, METHODS, name)
         verdicts = {m: r["verdict"] for m, r in res.items()}
         good = all(v["exact"] == len(qs) for v in verdicts.values()) if name == "float32" else \

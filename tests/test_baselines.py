@@ -11,7 +11,7 @@ from conftest import spec_bench
 from lossless_runs import SAMPLERS
 from esp.decoding.drafter import Context
 from esp.drafters.lade import LADEDrafter, remember, window_geometry
-from esp.drafters.pld import lookup
+from esp.drafters.pld import RULES, NgramIndex, lookup
 from esp.drafters.stand import NGramTable, STANDDrafter
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
@@ -236,3 +236,18 @@ def test_pld_matches_transformers_prompt_lookup_on_the_embedded_model(lm):
     assert ours.tokens == hf
     # The last step may differ: HF caps a draft at the length limit, we cut the emitted tokens instead.
     assert abs(ours.summary.forwards - calls[0]) <= 1
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_pld_index_finds_what_the_search_finds_at_every_length(rule):
+    """The drafter's incremental n-gram index against the search over the whole text, on texts of a small
+    alphabet (many repeats) grown a token or a few at a time, as the engine grows them."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        text = torch.randint(0, 4, (300,), generator=gen).tolist()
+        n, draft = 1 + trial % 3, 1 + trial % 5
+        index, grown = NgramIndex(n), text[:1]
+        while len(grown) < len(text):
+            grown.extend(text[len(grown) : len(grown) + 1 + trial % 3])
+            index.extend(grown)
+            assert index.find(draft, rule) == lookup(torch.tensor(grown), n, draft, rule), (trial, len(grown))

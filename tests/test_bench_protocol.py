@@ -8,6 +8,8 @@ import pytest
 from conftest import spec_bench
 import esp.bench.run as bench
 from esp.bench.run import COLD, HOT, Drafters, protocol_line, protocol_of
+from esp.bench.answers import main as answers_main
+from esp.bench.answers import speed
 from esp.errors import ESPError
 
 LIMIT_KEYS = {"oracle_speedup", "fraction", "curve_speedup", "flat_speedup", "oracle_width_mean"}
@@ -68,8 +70,9 @@ def test_hot_keeps_one_drafter_across_questions_and_cold_a_fresh_one_for_each(lm
     runs = {}
     for protocol in (COLD, HOT):
         out = tmp_path / f"{protocol}.json"
+        # The first turn alone: a hot drafter also learns from a question's first turn for its second.
         bench.main(["--questions", qfile, "--methods", "ar,tr", "--max-new-tokens", "24", "--warmup", "1",
-                    "--protocol", protocol, "--json", str(out)])
+                    "--protocol", protocol, "--turns", "first", "--json", str(out)])
         runs[protocol] = _forwards(out)
         assert json.loads(out.read_text())["meta"]["methods"]["tr"].endswith(f"start={protocol}")
     (_, cold1), (_, cold2) = runs[COLD]
@@ -88,3 +91,103 @@ def test_a_method_s_own_start_overrides_the_protocol():
     assert Drafters("tr:start=cold", {}, COLD, 1).get(0).start_mode == COLD
     with pytest.raises(ESPError, match="unknown setting"):
         protocol_of("esp:start=hot", COLD)  # a method without cross-prompt state has no start=
+
+
+def _two_turn_and_one(n_two: int = 1, n_one: int = 1) -> list[dict]:
+    """Development questions: `n_two` of writing (two turns), `n_one` of translation (one turn)."""
+    qs = spec_bench(2)
+    return ([q for q in qs if q["category"] == "writing"][:n_two]
+            + [q for q in qs if q["category"] == "translation"][:n_one])
+
+
+def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench_s(lm, tmp_path, monkeypatch, capsys):
+    qs = _two_turn_and_one()
+    prompts: list[list[int]] = []
+    turn = bench.engine_turn
+    monkeypatch.setattr(bench, "engine_turn", lambda lm_, d, ids, a: prompts.append(ids) or turn(lm_, d, ids, a))
+    out, answers = tmp_path / "r.json", tmp_path / "answers"
+    bench.main(["--questions", _questions(tmp_path, qs), "--methods", "ar,pld", "--max-new-tokens", "12",
+                "--warmup", "0", "--json", str(out), "--answers", str(answers)])
+    data = json.loads(out.read_text())
+    assert len(prompts) == 2 * 3 and data["meta"]["turns"] == "all"  # ar's two turns, pld's, then one each
+    files = {m: answers / f"smollm2-135m-{m}.jsonl" for m in ("ar", "pld")}
+    lines = {m: [json.loads(x) for x in f.read_text().splitlines()] for m, f in files.items()}
+    for m, (a1, a2) in zip(("ar", "pld"), ((prompts[0], prompts[1]), (prompts[2], prompts[3]))):
+        text = lm.tokenizer.decode(a2)
+        answer = lines[m][0]["choices"][0]["turns"][0]
+        # The second prompt holds the first question, this method's first answer, then the second question.
+        assert a2[: len(a1)] == a1 and answer and answer in text and text.index(answer) < text.index(qs[0]["turns"][1][:40])
+    by = {(r["method"], r["qid"]): r for r in data["records"]}
+    for m, rows in lines.items():
+        assert [x["question_id"] for x in rows] == [q["question_id"] for q in qs]
+        for x, q in zip(rows, qs):
+            c = x["choices"][0]
+            assert set(x) == {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}
+            assert x["category"] == q["category"] and x["model_id"] == "smollm2-135m" and c["index"] == 0
+            assert len(c["turns"]) == len(c["new_tokens"]) == len(c["wall_time"]) == len(q["turns"])
+            r = by[m, q["question_id"]]
+            assert c["new_tokens"] == r["turn_tokens"] and sum(c["decoding_steps"]) == len(c["accept_lengths"]) == r["forwards"]
+            assert sum(c["accept_lengths"]) == r["n_tokens"] and sum(c["wall_time"]) == pytest.approx(r["seconds"])
+    count = lambda text: len(lm.tokenizer(text).input_ids)  # noqa: E731
+    for m, res in data["results"].items():  # Spec-Bench's formula on the files, against our summary
+        got = speed(files[m], files["ar"], count)
+        assert got["mean_accepted"] == pytest.approx(res["tau"]) and got["tokens_per_s"] == pytest.approx(res["tokens_per_s"])
+    # Its base counts the ar texts again: no stop token in the text, and one token less per turn (its "- 1"
+    # drops a BOS that this tokenizer does not add).
+    for x in lines["ar"]:
+        c = x["choices"][0]
+        r = by["ar", x["question_id"]]
+        ends = [t for t in (r["tokens"][: c["new_tokens"][0]], r["tokens"][c["new_tokens"][0]:]) if t]
+        for text, n, toks in zip(c["turns"], c["new_tokens"], ends):
+            assert count(text) - 1 == n - 1 - (toks[-1] in lm.eos_ids)
+    capsys.readouterr()
+    answers_main([str(answers)])  # the same formula from the command line, per task
+    printed = capsys.readouterr().out.splitlines()
+    pld = speed(files["pld"], files["ar"], count)
+    assert f"pld | overall | {pld['mean_accepted']:.3f} | {pld['tokens_per_s']:.2f}" in "\n".join(printed)
+    assert any(x.startswith("pld | mt_bench |") for x in printed) and any(x.startswith("ar | translation |") for x in printed)
+
+
+def _kill_after_first_question(argv: list[str], records) -> None:
+    """Start the bench in a process of its own and kill it as soon as it has finished one question."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    p = subprocess.Popen([sys.executable, "-m", "esp.bench.run", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 300
+        while not (records.is_file() and records.read_text().count("\n") >= 1):
+            assert p.poll() is None and time.monotonic() < deadline, "the bench ended before a question was written"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait()
+
+
+def test_a_killed_run_started_again_writes_each_question_once_with_the_same_tokens(lm, tmp_path):
+    qs = _two_turn_and_one(2, 2)
+    qfile = _questions(tmp_path, qs)
+    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "24", "--warmup", "0"]
+    whole = tmp_path / "whole.json"
+    bench.main(common + ["--json", str(whole)])
+    answers, out = tmp_path / "answers", tmp_path / "resumed.json"
+    argv = common + ["--answers", str(answers), "--json", str(out)]
+    _kill_after_first_question(argv, answers / "smollm2-135m.esp.jsonl")
+    done = len((answers / "smollm2-135m.esp.jsonl").read_text().splitlines())
+    assert 1 <= done < len(qs)
+    with open(answers / "smollm2-135m-pld.jsonl", "a") as f:  # as if killed while writing a line
+        f.write('{"question_id": 99')
+    bench.main(argv)
+    for m in ("ar", "pld"):
+        rows = [json.loads(x) for x in (answers / f"smollm2-135m-{m}.jsonl").read_text().splitlines()]
+        assert [x["question_id"] for x in rows] == [q["question_id"] for q in qs]
+    tokens = lambda path: [(r["method"], r["qid"], r["tokens"]) for r in json.loads(path.read_text())["records"]]  # noqa: E731
+    assert tokens(out) == tokens(whole)
+    with pytest.raises(ESPError, match="holds a run with other arguments .*max_new_tokens 24 there, 16 here"):
+        bench.main(common[:-4] + ["--max-new-tokens", "16", "--warmup", "0", "--answers", str(answers)])

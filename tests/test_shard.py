@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, spec_bench
-from esp.bench.shard import Shard, start
+from esp.bench.run.shard import Shard, start
 
 TIMED = ("seconds", "tokens_per_s")
 
@@ -27,10 +27,11 @@ def test_without_a_launcher_it_is_a_world_of_one(monkeypatch):
     shard.leave()  # a world of one returns (a launched rank would end here, and pytest with it)
 
 
-def _bench(tmp_path, name: str, launcher: list[str]) -> dict:
+def _bench(tmp_path, name: str, launcher: list[str], extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"{name}.json"
-    args = ["-m", "esp.bench", "--questions", str(tmp_path / "q.jsonl"), "--methods", "ar,pld,esp:k=1:bc=10",
-            "--max-new-tokens", "8", "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / f"{name}.md")]
+    args = ["-m", "esp.bench.run", "--questions", str(tmp_path / "q.jsonl"), "--methods", "ar,pld,esp:k=1:bc=10",
+            "--max-new-tokens", "8", "--warmup", "0", "--turns", "first", "--json", str(out),
+            "--markdown", str(tmp_path / f"{name}.md"), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, *launcher, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
@@ -43,7 +44,9 @@ def test_two_processes_give_the_single_process_records(tmp_path):
     qs = spec_bench(1)[:3]  # three questions: the ranks get unequal shares
     (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
     one = _bench(tmp_path, "one", [])
-    two = _bench(tmp_path, "two", ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"])
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    answers = tmp_path / "answers"
+    two = _bench(tmp_path, "two", torchrun, ("--answers", str(answers)))
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMED} for r in rows]  # noqa: E731
     assert [r["qid"] for r in two["records"]] == [q["question_id"] for q in qs for _ in range(3)]  # question order
     assert strip(two["records"]) == strip(one["records"])
@@ -51,3 +54,12 @@ def test_two_processes_give_the_single_process_records(tmp_path):
     for m, r in one["results"].items():
         assert (two["results"][m]["tau"], two["results"][m]["lossless"]) == (r["tau"], r["lossless"])
     assert (tmp_path / "two.md").read_text().startswith("| category |")
+    # Each rank wrote its share apart; rank 0 merged them into one file per method, in question order.
+    assert not list(answers.glob("*.rank*"))
+    for m in ("ar", "pld", "esp-k-1-bc-10"):
+        lines = (answers / f"smollm2-135m-{m}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["question_id"] for x in lines] == [q["question_id"] for q in qs]
+    # Started again, every rank finds its share done: nothing runs, the same records come back.
+    again = _bench(tmp_path, "again", torchrun, ("--answers", str(answers)))
+    assert strip(again["records"]) == strip(two["records"])
+    assert [r["seconds"] for r in again["records"]] == [r["seconds"] for r in two["records"]]

@@ -103,3 +103,33 @@ def table(runs: list[dict[str, BatchRun]]) -> str:
             lines.append(f"| {r.batch} | {name} | {r.tokens_per_s:.1f} | {r.seconds:.1f} | "
                          f"{r.tokens_per_s / ref.tokens_per_s:.3f} | {r.tau:.2f} | {same}/{len(r.tokens)} |")
     return "\n".join(lines)
+
+
+def parse_batches(value: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16]: the bench's --batch sizes (positive integers)."""
+    try:
+        sizes = [int(x) for x in str(value).split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch takes batch sizes such as 4 or 1,4,16, not {value!r}.")
+    return sizes
+
+
+def report(lm: LM, prompts: list[list[int]], specs: list[str], batches: list[int], max_new_tokens: int,
+           json_path: str | None = None, meta: dict | None = None) -> list[dict[str, BatchRun]]:
+    """The bench's --batch: every batch size in turn, generate() beside the methods; prints each table as it
+    ends and writes every run (per-prompt tokens included) to `json_path`."""
+    import json
+    from pathlib import Path
+
+    throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8)  # warm-up: kernels, allocator, cost curve
+    runs = []
+    for b in batches:
+        runs.append(throughput(lm, prompts, specs, b, max_new_tokens))
+        print(table(runs[-1:]), flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"meta": {**(meta or {}), "model": lm.name, "dtype": str(lm.dtype),
+                                                        "max_new_tokens": max_new_tokens, "prompts": len(prompts)},
+                                               "runs": [{k: v.to_dict() for k, v in r.items()} for r in runs]}))
+    return runs

@@ -1,9 +1,12 @@
 """`python -m esp.bench`: the Spec-Bench protocol for every method through one engine.
 
-First turn of each question, the model's chat template with the generation prompt, greedy decoding.
-tau = all generated tokens / all target forwards (prefill counted); speed-up = mean tokens/s of the
-method over the mean of `ar` (Spec-Bench's ratio of means); lossless = no question's output is a failure
-against ar's under esp.bench.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16).
+Every turn of each question in one conversation (`--turns first`: the first alone), the model's chat
+template with the generation prompt, greedy decoding; the second turn's prompt holds the method's own
+first answer, as Spec-Bench's eval.py keeps it. tau = all generated tokens / all target forwards
+(prefill counted, every turn); speed-up = mean over questions of the method's tokens/s (all turns) over
+the mean of `ar` (Spec-Bench's ratio of means); lossless = no question's output is a failure against
+ar's under esp.bench.verdict (exact, or a flip at a rounding near-tie in bf16 / fp16). `--answers DIR` writes
+Spec-Bench's answer files there a question at a time, and a run started again resumes (esp.bench.answers).
 
 Protocol (`--protocol`, or a method's own `start=`): cold builds a fresh drafter for every generation, so
 nothing learnt on one question reaches the next (what a caller with one prompt gets); hot keeps one
@@ -15,13 +18,16 @@ speed-up over the oracle's. `--reference` adds transformers' own greedy `model.g
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require
+from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
+from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
 from esp.budget.cost import CostCurve, curve_for
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
@@ -30,9 +36,12 @@ from esp.methods import build, parse
 from esp.bench.oracle import oracle_width, price
 from esp.bench.shard import Shard, start
 from esp.decoding.timer import Phases
+from esp.trace import StepTrace
 from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
 
 COLD, HOT = "cold", "hot"
+ALL, FIRST = "all", "first"  # --turns
+TURNS = {ALL: "every turn", FIRST: "first turn only"}
 PROTOCOLS = {COLD: "a fresh drafter for every question", HOT: "one drafter per method kept across questions"}
 GENERATE = "generate"  # the reference row: transformers' own greedy model.generate()
 ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the masks on its last node, with the "
@@ -41,8 +50,9 @@ ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the m
                "measured speed-up over the oracle's. Flat curve (rows free): every decoding step costs t(1).")
 
 
-def load_questions(path: str, per_category: int | None) -> list[dict]:
-    """Questions in file order, the first `per_category` of each category."""
+def load_questions(path: str, per_category: int | None, ids: list[int] | None = None) -> list[dict]:
+    """Questions in file order, the first `per_category` of each category (of those whose question_id is
+    in `ids`, when given)."""
     p = Path(path)
     if not p.is_file():
         raise ESPError(f"Questions file {path!r} not found (Spec-Bench's question.jsonl, one JSON object a line).")
@@ -56,11 +66,13 @@ def load_questions(path: str, per_category: int | None) -> list[dict]:
             q["turns"][0], q["category"]
         except (ValueError, KeyError, IndexError, TypeError):
             raise ESPError(f"{path}:{n} is not a Spec-Bench question (needs 'category' and 'turns').") from None
+        if ids is not None and q.get("question_id") not in ids:
+            continue
         if per_category is None or seen[q["category"]] < per_category:
             seen[q["category"]] += 1
             out.append(q)
     if not out:
-        raise ESPError(f"{path} holds no questions.")
+        raise ESPError(f"{path} holds no questions" + (f" with the ids {ids}." if ids is not None else "."))
     return out
 
 
@@ -193,29 +205,124 @@ def chart(results: dict, path: str) -> None:
     fig.write_html(path, include_plotlyjs=True)
 
 
-def record(q: dict, method: str, g: Generation, align: bool, t: Callable[[int], float] | None = None,
-           upto: int = 0) -> dict:
-    """One question's result for one method: the only place records are built. With `t` (seconds for a
-    forward of q rows; the oracle may pad a feed to a cheaper width up to `upto`) the run is also priced
-    on that curve: as fed, as the oracle feed, on the flat curve."""
-    r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": g.tokens,
-         "n_tokens": g.summary.tokens, "forwards": g.summary.forwards, "seconds": g.summary.seconds,
-         "tokens_per_s": g.summary.tokens_per_s, "top2": [t for s in g.steps for t in s.top2], **widths(g)}
+@dataclass
+class Turn:
+    """One turn's generation: its tokens and text, seconds, and the engine's run (None for transformers'
+    generate(), which makes one forward a token)."""
+
+    tokens: list[int]
+    top2: list
+    seconds: float
+    text: str
+    run: Generation | None = None
+
+    @property
+    def accept(self) -> list[int]:
+        """Tokens each target forward emitted, the prefill first (Spec-Bench's accept_lengths)."""
+        return [len(s.emitted) for s in self.run.steps] if self.run else [1] * len(self.tokens)
+
+    def answer(self) -> dict:
+        return {"text": self.text, "tokens": len(self.tokens), "seconds": self.seconds, "accept": self.accept}
+
+    @classmethod
+    def of(cls, lm, g: Generation) -> "Turn":
+        """The turn an engine run made."""
+        return cls(g.tokens, [t for s in g.steps for t in s.top2], g.summary.seconds,
+                   answer_text(lm.tokenizer, g.tokens, lm.eos_ids), g)
+
+
+def converse(lm, turns: list[str], one: Callable[[list[int]], Turn]) -> list[Turn]:
+    """Every turn of a question in one conversation: each prompt holds the earlier turns and the answers
+    given to them (the answer's text as Spec-Bench keeps it)."""
+    messages, out = [], []
+    for text in turns:
+        messages.append({"role": "user", "content": text})
+        out.append(one(lm.conversation_ids(messages)))
+        messages.append({"role": "assistant", "content": out[-1].text})
+    return out
+
+
+def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace) -> Turn:
+    """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end)."""
+    return Turn.of(lm, Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
+                               timings=False).generate(ids))
+
+
+def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
+    """One turn through transformers' model.generate (the reference row)."""
+    tokens, top2, seconds = reference(lm, ids, max_new_tokens)
+    return Turn(tokens, top2, seconds, answer_text(lm.tokenizer, tokens, lm.eos_ids))
+
+
+def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[int], float] | None = None,
+           upto: int = 0, by_position: bool = False) -> dict:
+    """One question's result for one method, all its turns pooled: the only place records are built. With
+    `t` (seconds for a forward of q rows; the oracle may pad a feed to a cheaper width up to `upto`) an
+    engine run is also priced on that curve: as fed, as the oracle feed, on the flat curve. `by_position`
+    keeps every decoding step's [answer position, tokens emitted, seconds, host seconds]."""
+    tokens = [x for turn in turns for x in turn.tokens]
+    seconds = sum(turn.seconds for turn in turns)
+    r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": tokens,
+         "n_tokens": len(tokens), "forwards": sum(len(turn.accept) for turn in turns), "seconds": seconds,
+         "tokens_per_s": len(tokens) / seconds if seconds > 0 else 0.0, "top2": [x for turn in turns for x in turn.top2],
+         "turn_tokens": [len(turn.tokens) for turn in turns]}
+    if any(turn.run is None for turn in turns):
+        return r
+    steps = [s for turn in turns for s in turn.run.steps]
+    r.update(widths(steps))
     if align:
-        r["align"] = alignment_sums(g)
+        r["align"] = alignment_sums(steps)
     if t is not None:
-        priced = price(g.steps, t, upto)
-        drafted = [s for s in g.steps if not s.prefill] or g.steps
+        priced = price(steps, t, upto)
+        drafted = [s for s in steps if not s.prefill] or steps
         r.update(fed_s=priced.fed_s, oracle_s=priced.oracle_s, flat_s=priced.flat_s,
                  oracle_width_mean=sum(map(oracle_width, drafted)) / len(drafted))
+    if by_position:
+        r["steps"] = [row for turn in turns for row in position_rows(turn.run.steps)]
     return r
 
 
-def alignment_sums(g: Generation) -> dict:
+def position_rows(steps: list[StepTrace]) -> list[list]:
+    """[tokens of the answer before the step, tokens it emitted, its seconds, its host seconds (all but
+    the forward)] of every decoding step after the prefill. With timings off the phase times are when
+    the host queued the work: exact on a CPU, the host's share alone on a GPU."""
+    out, pos = [], 0
+    for s in steps:
+        if not s.prefill:
+            total = s.timings.get("total", 0.0)
+            out.append([pos, len(s.emitted), total, total - s.timings.get("forward", 0.0)])
+        pos += len(s.emitted)
+    return out
+
+
+BUCKET = 128  # answer positions per row of the position table
+
+
+def position_table(rows: list[dict], methods: list[str]) -> str:
+    """Markdown: per bucket of answer positions, every method's tau over its decoding steps there, the
+    seconds per step and the host's milliseconds per step (records made with by_position)."""
+    steps = {m: [x for r in rows if r["method"] == m for x in r.get("steps", [])] for m in methods}
+    steps = {m: v for m, v in steps.items() if v}
+    if not steps:
+        return ""
+    top = max(x[0] for v in steps.values() for x in v) // BUCKET + 1
+    head = "| positions | " + " | ".join(f"{m}: tau / s per step / host ms" for m in steps) + " |"
+    lines = [head, "|" + "---|" * (len(steps) + 1)]
+    for b in range(top):
+        cells = []
+        for v in steps.values():
+            got = [x for x in v if b * BUCKET <= x[0] < (b + 1) * BUCKET]
+            cells.append(f"{sum(x[1] for x in got) / len(got):.2f} / {sum(x[2] for x in got) / len(got):.4f} / "
+                         f"{1000 * sum(x[3] for x in got) / len(got):.1f} ({len(got)})" if got else "-")
+        lines.append(f"| {b * BUCKET}-{(b + 1) * BUCKET} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def alignment_sums(steps: list[StepTrace]) -> dict:
     """Per-layer sums of the mean-centred mask/real cosines, accepted and rejected apart (sums, so that
     questions pool exactly)."""
     out = {"accepted_sum": None, "accepted_n": 0, "rejected_sum": None, "rejected_n": 0}
-    for st in g.steps:
+    for st in steps:
         for al in st.alignment or []:
             key = "accepted" if al.accepted else "rejected"
             prev = out[f"{key}_sum"]
@@ -254,9 +361,9 @@ def alignment_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def widths(g) -> dict:
+def widths(steps: list[StepTrace]) -> dict:
     """Block rows fed per step after the prefill: their mean and a summary of their spread."""
-    w = sorted(len(s.positions) for s in g.steps if not s.prefill) or [1]
+    w = sorted(len(s.positions) for s in steps if not s.prefill) or [1]
     pick = lambda f: w[min(len(w) - 1, int(f * len(w)))]
     return {"width_mean": sum(w) / len(w), "width": {"min": w[0], "median": pick(0.5), "p90": pick(0.9), "max": w[-1]}}
 
@@ -275,14 +382,6 @@ def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[
     vals, top = torch.stack(out.logits)[:, 0].float().topk(2, -1)
     top2 = [[a, x, b, y] for (a, b), (x, y) in zip(top.tolist(), vals.tolist())]
     return out.sequences[0, len(ids):].tolist(), top2, seconds
-
-
-def generated(lm, q: dict, ids: list[int], max_new_tokens: int) -> dict:
-    """The reference row's record of one question: `model.generate` timed, one forward per token."""
-    tokens, top2, seconds = reference(lm, ids, max_new_tokens)
-    return {"qid": q.get("question_id"), "category": q["category"], "method": GENERATE, "tokens": tokens,
-            "n_tokens": len(tokens), "forwards": len(tokens), "seconds": seconds,
-            "tokens_per_s": len(tokens) / seconds if seconds > 0 else 0.0, "top2": top2}
 
 
 def protocol_line(default: str, protocols: dict[str, str]) -> str:
@@ -314,20 +413,27 @@ class Drafters:
         return self.kept[repeat] if self.kept else self.fresh()
 
 
+def turns_of(q: dict, which: str) -> list[str]:
+    """The turns a question is asked in: all of them, or the first alone (`--turns first`)."""
+    return q["turns"] if which == ALL else q["turns"][:1]
+
+
 def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: Shard, a: argparse.Namespace,
-              curve: CostCurve) -> list[tuple[int, list[dict], dict | None]]:
-    """This process's questions: (question index, its records for every method, each priced on `curve`,
-    the verdict of ar against model.generate as a dict when --reference)."""
+              curve: CostCurve, folder: RunFolder | None = None,
+              done: set[int] = frozenset()) -> list[tuple[int, list[dict], dict | None]]:
+    """This process's questions not `done` yet: (question index, its records for every method, each
+    priced on `curve`, the verdict of ar against model.generate as a dict when --reference). With a run
+    `folder`, each question's answer lines and records are written there as it ends."""
     from tqdm import tqdm
 
-    mine = shard.mine(len(questions))
-    prompts = {i: lm.chat_ids(questions[i]["turns"][0]) for i in mine}
+    mine = [i for i in shard.mine(len(questions)) if i not in done]
     names = list(drafters) + ([GENERATE] if a.reference else [])
+    model_id = model_slug(lm.name)
     for s in names:
         # Warm-ups run on a drafter of their own, so a hot one starts the timed questions empty.
         d = None if s == GENERATE else drafters[s].fresh()
         for w in range(a.warmup if mine else 0):
-            ids = prompts[mine[w % len(mine)]]
+            ids = lm.chat_ids(questions[mine[w % len(mine)]]["turns"][0])
             if d is None:
                 reference(lm, ids, min(32, a.max_new_tokens))
             else:
@@ -335,23 +441,28 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
     out = []
     with tqdm(total=len(mine) * len(names) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
         for i in mine:
-            runs: dict[str, list[dict]] = {s: [] for s in names}
+            q = questions[i]
+            runs: dict[str, list[tuple[dict, list[Turn]]]] = {s: [] for s in names}
             for rep in range(a.repeats):
                 for s in names:  # interleaved, so drift in machine speed hits every method alike
                     if s == GENERATE:
-                        runs[s].append(generated(lm, questions[i], prompts[i], a.max_new_tokens))
+                        turns = converse(lm, turns_of(q, a.turns), lambda ids: generate_turn(lm, ids, a.max_new_tokens))
+                        runs[s].append((record(q, s, turns, False), turns))
                     else:
-                        # No per-phase syncs: the run is timed as a whole (one sync at each end).
-                        g = Decoder(lm, drafters[s].get(rep), max_new_tokens=a.max_new_tokens, trace_mask=False,
-                                    align=a.align, timings=False).generate(prompts[i])
-                        runs[s].append(record(questions[i], s, g, a.align, curve.predict, max(curve.q)))
+                        turns = converse(lm, turns_of(q, a.turns),
+                                         lambda ids: engine_turn(lm, drafters[s].get(rep), ids, a))
+                        runs[s].append((record(q, s, turns, a.align, curve.predict, max(curve.q), a.by_position), turns))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
-            rows = [sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2] for rs in runs.values()]
+            kept = {s: sorted(rs, key=lambda x: x[0]["seconds"])[len(rs) // 2] for s, rs in runs.items()}
+            rows = [r for r, _ in kept.values()]
             ref = None
             if a.reference:
-                ar, gen = (next(r for r in rows if r["method"] == m) for m in ("ar", GENERATE))
+                ar, gen = kept["ar"][0], kept[GENERATE][0]
                 ref = classify(gen["tokens"], gen["top2"], ar["tokens"], ar["top2"], dtype_name(lm.dtype)).to_dict()
+            if folder is not None:
+                folder.write(i, q["question_id"], {s: answer_line(q, model_id, [t.answer() for t in turns])
+                                                   for s, (_, turns) in kept.items()}, {"rows": rows, "ref": ref})
             out.append((i, rows, ref))
     return out
 
@@ -366,10 +477,14 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
     results = aggregate(rows, list(drafters) + ([GENERATE] if a.reference else []), dtype)
     protocols = {s: d.protocol for s, d in drafters.items()}
     said = protocol_line(a.protocol, protocols)
-    print(f"model {model} ({dtype}), {len(questions)} questions, {a.max_new_tokens} new tokens, greedy; tau / speed-up")
+    print(f"model {model} ({dtype}), {len(questions)} questions, {TURNS[a.turns]}, {a.max_new_tokens} new tokens "
+          f"a turn, greedy; tau / speed-up")
     print(said)
     print(table(results))
     print(ORACLE_NOTE)
+    by_position = position_table(rows, list(results)) if a.by_position else ""
+    if by_position:
+        print(f"By answer position (decoding steps after the prefill):\n{by_position}")
     kinds = Counter(ref["kind"] for _, ref in refs)
     if a.reference:
         print(f"ar against model.generate: {kinds[EXACT]} exact, {kinds[NEAR_TIE]} near-tie, {kinds[FAILURE]} failure"
@@ -381,12 +496,13 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
                             **({GENERATE: "transformers model.generate(do_sample=False)"} if a.reference else {})},
                 "protocol": a.protocol, "protocols": protocols, "oracle": ORACLE_NOTE,
                 "curve": curve.to_dict() if curve else None,
-                "max_new_tokens": a.max_new_tokens, "questions": len(questions), "repeats": a.repeats}
+                "max_new_tokens": a.max_new_tokens, "turns": a.turns, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
         gaps = alignment_table(results)
         Path(a.markdown).write_text(table(results, markdown=True) + f"\n\n{said}\n\n{ORACLE_NOTE}\n"
-                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else ""))
+                                    + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else "")
+                                    + (f"\nBy answer position (decoding steps after the prefill)\n\n{by_position}\n" if by_position else ""))
     if a.html:
         chart(results, a.html)
 
@@ -397,6 +513,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default="ar,esp",
                    help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30")
     p.add_argument("--per-category", type=int, default=None, help="first N questions of each category")
+    p.add_argument("--ids", help="only the questions with these question_ids, comma-separated (e.g. 81,121)")
     add_model_args(p)
     add_esp_args(p)
     p.add_argument("--reference", action="store_true",
@@ -412,6 +529,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--repeats", type=int, default=1,
                    help="generations per question and method, interleaved; each keeps its run of median time")
+    p.add_argument("--turns", choices=list(TURNS), default=ALL,
+                   help="all: every turn of a question in one conversation (the second prompt holds the first "
+                        "answer), as Spec-Bench runs it; first: the first turn alone (quick runs)")
+    p.add_argument("--answers", metavar="DIR",
+                   help="write Spec-Bench's answer file per method, DIR/<model>-<method>.jsonl, a question at a time; "
+                        "a run started again with the same arguments resumes there")
+    p.add_argument("--by-position", action="store_true",
+                   help="also report tau and seconds per step by answer position (buckets of 128 tokens)")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
@@ -429,20 +554,51 @@ def main(argv: list[str] | None = None) -> None:
     if "ar" not in specs:
         specs.insert(0, "ar")  # every speed-up and the lossless check are relative to ar
     drafters = {s: Drafters(s, esp_defaults(a), protocol_of(s, a.protocol), a.repeats) for s in specs}
-    questions = load_questions(a.questions, a.per_category)
+    try:
+        ids = None if a.ids is None else [int(x) for x in a.ids.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--ids takes question ids separated by commas, not {a.ids!r}.")
+    questions = load_questions(a.questions, a.per_category, ids)
+    if a.answers and any("question_id" not in q for q in questions):
+        fail(f"--answers needs a question_id on every question of {a.questions}.")
 
     from esp.models.loader import load
 
     shard = start()
     try:
         lm = load(a.model, device=shard.device(), dtype=a.dtype, gpus=shard.gpus() if a.device_map == "auto" else None)
+        folder = before = None
+        if a.answers:
+            names = specs + ([GENERATE] if a.reference else [])
+            folder = RunFolder(a.answers, model_slug(lm.name), names, run_arguments(a), shard.rank, shard.world)
+            before = folder.open()
         # Every feed and the oracle are priced on this machine's curve as it stands before the run (the one
         # bc=auto drafters start from), copied so that their online corrections do not move it.
         curve = CostCurve.from_dict(curve_for(lm).to_dict())
-        done = run_share(lm, drafters, questions, shard, a, curve)
+        done = run_share(lm, drafters, questions, shard, a, curve, folder, set(before or ()))
         parts = shard.gather(done)
     finally:
         shard.close()
     if shard.main:
+        if before:  # questions an earlier run finished, as it recorded them (a rank may have been quicker)
+            ran = {i for part in parts for i, _, _ in part}
+            parts.append([(i, r["rows"], r["ref"]) for i, r in before.items() if i not in ran])
+        if folder is not None:
+            folder.merge({q["question_id"]: i for i, q in enumerate(questions)})
         report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve)
     shard.leave()
+
+
+OUTPUTS = ("json", "markdown", "html", "answers")  # where results go; the run folder's arguments leave them out
+
+
+def run_arguments(a: argparse.Namespace) -> dict:
+    """What a run folder's arguments must match to resume: every argument but the outputs, the questions
+    file by its content (so that a path written another way is the same file)."""
+    out = {k: v for k, v in vars(a).items() if k not in OUTPUTS}
+    out["questions"] = hashlib.sha256(Path(a.questions).read_bytes()).hexdigest()
+    return out
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -35,6 +35,39 @@ def lookup(tokens: torch.Tensor, max_ngram: int, draft: int, rule: str = "pld") 
     return []
 
 
+class NgramIndex:
+    """Where every n-gram (n = 1..max_ngram) of a growing text starts, kept as the text grows, so that a
+    step's `lookup` costs the same at token 2000 as at token 20 (no search over the text).
+
+    `find` gives what `lookup` gives: both of its rules take the left-most start that passes, and their
+    tests only get harder further right, so the first start of the suffix's n-gram decides for each n."""
+
+    def __init__(self, max_ngram: int):
+        self.max_ngram = max_ngram
+        self.starts: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_ngram + 1)]
+        self.text: list[int] = []
+        self.indexed = 0  # tokens of the text indexed so far
+
+    def extend(self, tokens: list[int]) -> None:
+        """Index the tokens of `tokens` past those indexed already (`tokens` extends the text so far; the
+        engine's growing list itself may be passed every step)."""
+        for end in range(self.indexed + 1, len(tokens) + 1):
+            for n in range(1, min(self.max_ngram, end) + 1):
+                self.starts[n].setdefault(tuple(tokens[end - n : end]), []).append(end - n)
+        self.text, self.indexed = tokens, len(tokens)
+
+    def find(self, draft: int, rule: str = "pld") -> list[int]:
+        """`lookup(text, max_ngram, draft, rule)` of the indexed text."""
+        text, length = self.text, len(self.text)
+        for n in range(min(self.max_ngram, length - 1), 0, -1):
+            hits = self.starts[n].get(tuple(text[length - n :]))
+            start = hits[0] + n  # the suffix itself is always there
+            ok = start + draft <= length and start < length - n if rule == "pld" else start < length
+            if ok:
+                return text[start : start + draft]
+        return []
+
+
 def continuations(tokens, max_ngram: int, draft: int, limit: int, within=None) -> list[tuple[int, list[int]]]:
     """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
 
@@ -82,9 +115,13 @@ class PLDDrafter(Drafter):
     def describe(self) -> str:
         return f"pld n={self.n} draft={self.draft}" + (" rule=hf" if self.rule == "hf" else "")
 
+    def start(self, ctx: Context) -> None:
+        self.index = NgramIndex(self.n)
+
     def propose(self, ctx: Context) -> Proposal:
         tree = DraftTree.root_only(ctx.tokens[-1])
-        chain = lookup(torch.tensor(ctx.tokens), self.n, self.draft, self.rule)
+        self.index.extend(ctx.tokens)
+        chain = self.index.find(self.draft, self.rule)
         if chain:
             tree.add_chain(0, chain)
         return Proposal(tree)

@@ -107,16 +107,19 @@ class LM:
 
     def chat_ids(self, prompt: str) -> list[int]:
         """The prompt as one user turn in the model's chat template, with the generation prompt."""
+        return self.conversation_ids([{"role": "user", "content": prompt}])
+
+    def conversation_ids(self, messages: list[dict]) -> list[int]:
+        """A conversation (`{"role", "content"}` messages, the last a user turn) in the model's chat
+        template, with the generation prompt; without a template, the messages' texts one after another."""
         template = getattr(self.tokenizer, "chat_template", None)
         if template:
             # Qwen3-style templates think first unless told not to: a benchmark's tokens would be <think> text.
             extra = {"enable_thinking": False} if "enable_thinking" in str(template) else {}
-            enc = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, **extra
-            )
+            enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **extra)
             ids = enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc
             return list(ids)
-        return self.tokenizer(prompt)["input_ids"]
+        return self.tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
 
 
 class IdTokenizer:
