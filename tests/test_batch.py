@@ -5,6 +5,7 @@ that ends leaves the batch at once; the batch budget falls back to plain rows wh
 and a streamer through model.generate hears what generate() would tell it."""
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -235,3 +236,18 @@ def test_tiny_models_batch_rows_equal_each_row_alone(tiny_lm, arch, mode):
         alone = [Decoder(lm, build(spec), sampling=s, max_new_tokens=40).generate(p).tokens for p in prompts]
         batch = BatchDecoder(lm, [build(spec) for _ in prompts], sampling=s, max_new_tokens=40).generate(prompts)
         assert [b.tokens for b in batch] == alone, (arch, mode, spec)
+
+
+def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_path, lm, capsys):
+    from conftest import QUESTIONS
+    import esp.bench.run as bench
+
+    ids = [json.loads(line)["question_id"] for line in QUESTIONS.read_text().splitlines()[:3]]
+    out = tmp_path / "batch.json"
+    bench.main(["--questions", str(QUESTIONS), "--ids", ",".join(map(str, ids)), "--methods", "hybrid:bc=auto",
+                "--batch", "2", "--max-new-tokens", "8", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "| 2 | generate() |" in printed and "| 2 | hybrid:bc=auto |" in printed and "| 2 | ar |" in printed
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["generate()"]["per_prompt"] == run["ar"]["per_prompt"] == run["hybrid:bc=auto"]["per_prompt"]
+    assert len(run["ar"]["per_prompt"]) == 3 and run["ar"]["batch"] == 2 and run["ar"]["tokens_per_s"] > 0

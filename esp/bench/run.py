@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import esp.bench.batch as batch
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
 from esp.budget.cost import CostCurve, curve_for
@@ -537,6 +538,9 @@ def main(argv: list[str] | None = None) -> None:
                         "a run started again with the same arguments resumes there")
     p.add_argument("--by-position", action="store_true",
                    help="also report tau and seconds per step by answer position (buckets of 128 tokens)")
+    p.add_argument("--batch", metavar="B[,B...]",
+                   help="throughput instead: the questions' first turns B at a time, in question order, every method "
+                        "beside transformers' batched generate() at the same B (e.g. 1,4,16); tau stays per row")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
@@ -563,6 +567,18 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"--answers needs a question_id on every question of {a.questions}.")
 
     from esp.models.loader import load
+
+    if a.batch is not None:
+        try:
+            sizes = batch.parse_batches(a.batch)
+        except ValueError as e:
+            fail(str(e))
+        lm = load(a.model, dtype=a.dtype)
+        prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
+        runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"questions": a.questions})
+        if a.markdown:
+            Path(a.markdown).write_text(batch.table(runs) + "\n")
+        return
 
     shard = start()
     try:
