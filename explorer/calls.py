@@ -26,7 +26,7 @@ from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
 from esp import methods
-from esp.cost import curve_for
+from esp.cost import calibrate, stored
 from esp.engine import Decoder, check_vocab
 from esp.errors import ESPError
 from esp.lm import LM
@@ -72,9 +72,10 @@ def call_seconds(lm: LM, new_tokens: int) -> float | None:
 
 def ready_process(name: str) -> None:
     """Ready this server process for `name`, its first model. Under ZeroGPU (or its emulation): load it
-    now, on the CPU, before any worker forks from this process, and nothing more (its cost curve is
-    measured inside a GPU call; no torch op runs here, see `gpu.enter_call`). Locally: load it and
-    measure its curve in a background thread, so that the page serves at once."""
+    now, on the CPU, before any worker forks from this process, and nothing more (no torch op runs here,
+    see `gpu.enter_call`; on the GPU, bc=auto starts from the default shape and learns from its steps).
+    Locally: load it and measure its cost curve (when none is stored) in a background thread, so that
+    the page serves at once."""
     if gpu.mode() == "local":
         threading.Thread(target=_warm, args=(name,), daemon=True).start()
         return
@@ -85,7 +86,10 @@ def ready_process(name: str) -> None:
 
 def _warm(name: str) -> None:
     try:
-        curve_for(load_model(name))
+        with _load_lock:  # a first Run waits for the sweep as for the load, so neither times the other
+            lm = gpu.load_model(name)
+            if stored(lm) is None:  # the one sweep of this machine's cost curve: at start-up, never in a Run
+                calibrate(lm)
         log.info("model %s ready", name)
     except ESPError as e:  # a failure is one log line; the Run then says why
         log.warning("could not warm %s: %s", name, e)
