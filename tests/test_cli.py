@@ -30,7 +30,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
     (["esp.generate", "--prompt", "hi", "--lam", "2"], "lambda"),
     (["esp.generate", "--prompt", "hi", "--model", "no such model"], "Unknown model"),
-    (["esp.bench", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of float32, bfloat16, float16"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of auto, float32, bfloat16, float16"),
     (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
 ])
 def test_bad_arguments_exit_nonzero_with_one_line(args, needle):
