@@ -137,6 +137,8 @@ def one_first_call(a: argparse.Namespace) -> dict:
         out = esp.decode(model, tok, prompt, method=FIRST_CALL, max_new_tokens=a.max_new_tokens)
         times[name] = time.perf_counter() - t
         times[f"{name}_same"] = out.tokens == ref
+        times[f"{name}_forwards"] = out.summary.forwards  # with the rows fed: a slow call of sane widths is the machine
+        times[f"{name}_rows"] = statistics.mean(out.widths[1:] or [1])
     _, _, times["generate_again"] = hf_greedy(model, ids, a.max_new_tokens, eos, pad)
     times["stored_curve_after"] = any((Path(os.environ["ESP_CACHE"]) / "costs").glob("*.json"))
     return times
