@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .device import native_bf16
 from .paths import cache_root
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
@@ -63,7 +64,7 @@ EXPLORE_N = 2.0  # ... falling linearly to nothing at this many samples
 
 # Default shapes, t(q) / t(1), where nothing is stored. CPU float32: between this project's two measuring
 # CPUs (2 cores: t(2) = 1.17, t(4) = 1.65, t(8) = 2.0, t(64) = 3.2; AVX512 server: t(2) = 1.5, t(4..8) =
-# 1.2-1.4), smoothed; CPU bfloat16 (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's
+# 1.2-1.4), smoothed; CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's
 # forward reads the weights once, so rows are nearly free.
 SHAPES = {
     "cpu-float32": (1.0, 1.3, 1.4, 1.45, 1.5, 1.55, 1.7, 1.8, 1.9, 2.1, 2.25, 2.4, 2.7, 3.0, 3.3, 4.0, 4.6),
@@ -273,7 +274,9 @@ def cache_dir() -> Path:
 def shape_for(lm, key: str = "") -> CostCurve:
     """The shipped default shape for `lm`'s device and dtype, in one-row units (its level unset)."""
     dt = str(lm.dtype).removeprefix("torch.")
-    name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES else "cpu-float32"
+    # bfloat16 is flat only where the CPU computes it natively; emulated, wide blocks cost more than in float32.
+    native = dt != "bfloat16" or native_bf16()
+    name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES and native else "cpu-float32"
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 
 

@@ -20,29 +20,14 @@ from pathlib import Path
 
 import torch
 
+from .device import NATIVE, cpu_flags, native_bf16
 from .paths import cache_root
 
-NATIVE = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 arithmetic in hardware
 FASTER = 1.1  # bfloat16 is kept only when the check finds it at least this much faster
 CHECK_ROWS = (1, 4)  # the check times forwards of these widths (a plain step and a small tree) ...
 CHECK_CONTEXT = 128  # ... over a cache of this many tokens,
 CHECK_ROUNDS = 2  # ... float32 and bfloat16 in turn, this many rounds of
 CHECK_REPEATS = 3  # ... this many timings per width
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
-
-
-def native_bf16(flags: set[str] | None = None) -> bool:
-    """True when the CPU computes bfloat16 in hardware (AVX512-BF16 or AMX)."""
-    return bool(set(NATIVE) & (cpu_flags() if flags is None else flags))
 
 
 def cpu_name() -> str:
@@ -63,7 +48,7 @@ def verdict_path(model_name: str) -> Path:
 def pick(model, tokenizer, name: str) -> torch.dtype:
     """float32 or bfloat16 for `model` (loaded in float32, on the CPU): bfloat16 only on a CPU that has it
     natively and where the stored (else now timed, then stored) check found it FASTER times faster."""
-    if not native_bf16():
+    if not native_bf16(cpu_flags()):
         return torch.float32
     path = verdict_path(name)
     try:

@@ -141,3 +141,15 @@ def test_a_curve_stored_under_load_is_a_weak_prior(tiny_lm, empty_cache, monkeyp
     path.write_text("{not json")
     monkeypatch.setattr(cost, "_CURVES", {})
     assert not cost.curve_for(lm).scaled  # a damaged file: the default shape, never a sweep
+
+
+def test_the_default_shape_is_flat_for_bf16_only_where_the_cpu_has_it(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    lm = SimpleNamespace(dtype=torch.bfloat16, device=torch.device("cpu"))
+    monkeypatch.setattr(cost, "native_bf16", lambda: True)
+    assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-bfloat16"])
+    monkeypatch.setattr(cost, "native_bf16", lambda: False)  # emulated: wide blocks are dear, as in float32
+    assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-float32"])
