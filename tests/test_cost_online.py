@@ -153,3 +153,19 @@ def test_the_default_shape_is_flat_for_bf16_only_where_the_cpu_has_it(monkeypatc
     assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-bfloat16"])
     monkeypatch.setattr(cost, "native_bf16", lambda: False)  # emulated: wide blocks are dear, as in float32
     assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-float32"])
+
+
+def test_the_command_lines_sweep_only_with_calibrate(monkeypatch):
+    import argparse
+
+    import esp.models
+    from esp.cli import add_model_args, load_model
+
+    swept = []
+    monkeypatch.setattr(esp.models, "load", lambda name, dtype=None, **kw: ("lm", name, dtype))
+    monkeypatch.setattr(cost, "calibrate", lambda lm: swept.append(lm))
+    p = argparse.ArgumentParser()
+    add_model_args(p)
+    assert load_model(p.parse_args([])) == ("lm", "embedded", None) and swept == []
+    assert load_model(p.parse_args(["--calibrate", "--dtype", "float32"])) == ("lm", "embedded", "float32")
+    assert swept == [("lm", "embedded", "float32")]
