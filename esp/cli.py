@@ -13,8 +13,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "a Hub id or a local folder")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--dtype", default=None,
-                   help="float32, bfloat16 or float16: the model's dtype (default: float32 on a CPU; on CUDA bfloat16 from compute capability 8.0, "
-                        "float16 below, float32 for families that overflow in float16)")
+                   help="auto, float32, bfloat16 or float16: the model's dtype. Default auto (float32 with --reference): on a CPU "
+                        "bfloat16 where the CPU has it natively and a one-time check on the model finds it faster (tokens then "
+                        "equal plain bfloat16 decoding up to rounding ties), else float32; on CUDA bfloat16 from compute "
+                        "capability 8.0, float16 below, float32 for families that overflow in float16")
+    p.add_argument("--calibrate", action="store_true",
+                   help="time this machine's cost curve for the model once loaded, and store it (a blocking sweep, "
+                        "seconds on a CPU); without it bc=auto starts from the stored curve or a default shape and "
+                        "learns from its own steps")
 
 
 def add_esp_args(p: argparse.ArgumentParser) -> None:
@@ -36,13 +42,27 @@ def _budget(value: str) -> int | str:
 
 
 def check_model_args(a: argparse.Namespace) -> None:
-    """Fail with one line on a bad --dtype or --max-new-tokens, before anything loads."""
-    from esp.models.loader import DTYPES
+    """Fail with one line on a bad --dtype or --max-new-tokens, before anything loads; fill in the default
+    dtype: auto, or float32 where a run is checked token for token against a float32 one (--reference)."""
+    from esp.models.loader import AUTO, DTYPES
 
-    if a.dtype is not None and a.dtype not in DTYPES:
-        fail(f"--dtype must be one of {', '.join(DTYPES)}, not {a.dtype!r}.")
+    if a.dtype is None:
+        a.dtype = "float32" if getattr(a, "reference", False) else AUTO
+    if a.dtype not in (AUTO, *DTYPES):
+        fail(f"--dtype must be one of {AUTO}, {', '.join(DTYPES)}, not {a.dtype!r}.")
     if a.max_new_tokens < 1:
         fail("--max-new-tokens must be at least 1.")
+
+
+def load_model(a: argparse.Namespace, **kw):
+    """The model the arguments name, in their dtype, its cost curve timed first when --calibrate asks."""
+    from esp.budget.cost import calibrate
+    from esp.models.loader import load
+
+    lm = load(a.model, dtype=a.dtype, **kw)
+    if getattr(a, "calibrate", False):
+        calibrate(lm)
+    return lm
 
 
 def esp_defaults(a: argparse.Namespace) -> dict:

@@ -1,7 +1,12 @@
-"""Host-to-device copies that do not stall the host, and device names that compare equal."""
+"""Host-to-device copies that do not stall the host, device names that compare equal, and whether the CPU
+computes bfloat16 natively."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+
+NATIVE = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 arithmetic in hardware
 
 
 def canonical(device: torch.device | str) -> torch.device:
@@ -33,3 +38,18 @@ def read_all(parts: list[torch.Tensor]) -> list[list]:
         width = x.shape[-1] if x.dim() == 2 else 0
         out.append([values[r : r + width] for r in range(0, len(values), width)] if width else values)
     return out
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def native_bf16(flags: set[str] | None = None) -> bool:
+    """True when the CPU computes bfloat16 in hardware (AVX512-BF16 or AMX)."""
+    return bool(set(NATIVE) & (cpu_flags() if flags is None else flags))

@@ -4,10 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, run_main
+from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, run_main
 from esp.decoding.engine import Decoder
 from esp.methods import build
-from esp.models.loader import load
 from esp.sampling import Sampling
 
 
@@ -29,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
         fail("The prompt is empty: type some text first.")
     drafter = build(a.method, esp_defaults(a))
     sampling = Sampling(a.temperature, a.top_p, a.top_k, a.seed)
-    lm = load(a.model, dtype=a.dtype)
+    lm = load_model(a)
     dec = Decoder(lm, drafter, sampling, a.max_new_tokens, layouts=a.mask_builder)
     out = dec.generate(lm.chat_ids(a.prompt))
     s = out.summary

@@ -26,7 +26,7 @@ from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
 from esp import methods
-from esp.budget.cost import curve_for
+from esp.budget.cost import calibrate, stored
 from esp.decoding.engine import Decoder, check_vocab
 from esp.errors import ESPError
 from esp.models.lm import LM
@@ -34,11 +34,11 @@ from esp.models.loader import EMBEDDED
 from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
-from . import emulation, gpu
-from .requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
-from .session import Session
-from .views import FAST_VIEWS, VIEWS, refusal, refusal_line, render, status
-from .worker import decode_once, rerun_step, run_steps
+from explorer import emulation, gpu
+from explorer.requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
+from explorer.session import Session
+from explorer.views import FAST_VIEWS, VIEWS, refusal, render, status
+from explorer.worker import decode_once, rerun_step, run_steps
 
 log = logging.getLogger("esp.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,9 +72,10 @@ def call_seconds(lm: LM, new_tokens: int) -> float | None:
 
 def ready_process(name: str) -> None:
     """Ready this server process for `name`, its first model. Under ZeroGPU (or its emulation): load it
-    now, on the CPU, before any worker forks from this process, and nothing more (its cost curve is
-    measured inside a GPU call; no torch op runs here, see `gpu.enter_call`). Locally: load it and
-    measure its curve in a background thread, so that the page serves at once."""
+    now, on the CPU, before any worker forks from this process, and nothing more (no torch op runs here,
+    see `gpu.enter_call`; on the GPU, bc=auto starts from the default shape and learns from its steps).
+    Locally: load it and measure its cost curve (when none is stored) in a background thread, so that
+    the page serves at once."""
     if gpu.mode() == "local":
         threading.Thread(target=_warm, args=(name,), daemon=True).start()
         return
@@ -85,7 +86,10 @@ def ready_process(name: str) -> None:
 
 def _warm(name: str) -> None:
     try:
-        curve_for(load_model(name))
+        with _load_lock:  # a first Run waits for the sweep as for the load, so neither times the other
+            lm = gpu.load_model(name)
+            if stored(lm) is None:  # the one sweep of this machine's cost curve: at start-up, never in a Run
+                calibrate(lm)
         log.info("model %s ready", name)
     except ESPError as e:  # a failure is one log line; the Run then says why
         log.warning("could not warm %s: %s", name, e)
@@ -206,7 +210,7 @@ def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_n
         s = run_settings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
                          top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
     except ESPError as e:
-        return refusal_line(str(e))
+        return f"⚠️ {md_text(e)}"
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
     return f"Ready: {s.describe()}{note}"
 

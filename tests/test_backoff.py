@@ -1,20 +1,17 @@
 """bc=auto's back-off (never slower than plain steps by more than a stated bound) and the cost curve's
-drift re-measure and noise smoothing, on fake cost curves and fake clocks: no wall-clock assertions."""
+noise smoothing, on fake cost curves and fake clocks: no wall-clock assertions (the curve's online
+learning: tests/test_cost_online.py)."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
 
-import esp.budget.cost as cost
 from esp.budget.width import LOSS_BUDGET, PLAIN_GAP, Backoff, choose
-from esp.budget.cost import DRIFT, DRIFT_STEPS, CostCurve, smooth
-from esp.decoding.drafter import Context
-from esp.drafters.hybrid import AUTO_CAP, HybridDrafter
+from esp.budget.cost import CostCurve, smooth
+from esp.drafters.hybrid import HybridDrafter
 from esp.decoding.engine import Decoder
-from esp.sampling import Sampling
 from esp.decoding.tree import DraftTree
 
 # A CPU-like fake machine: a second row costs half a plain step more, 64 rows four plain steps.
@@ -174,74 +171,7 @@ def test_fixed_budgets_do_not_back_off(tiny_lm):
     assert all(s.cost["mode"] == "draft" and s.cost["backoff"] is None for s in run.steps)
 
 
-# ---------------------------------------------------------------- drift and smoothing
-
-def test_only_a_sustained_drift_of_t1_makes_the_curve_stale():
-    c = CostCurve([1, 2, 4], [1.0, 1.2, 1.5], key="fake")
-    for _ in range(5):  # a short blip: 3x slower for 5 one-row steps
-        c.observe(1, 3.0)
-    for _ in range(100):
-        c.observe(1, 1.0)
-        assert not c.stale
-    for _ in range(200):  # a small lasting drift: 10 % slower
-        c.observe(1, 1.1)
-    assert not c.stale and c.drift == pytest.approx(1.1, rel=1e-3)
-    for _ in range(50):  # wider rows never count towards t(1)'s drift
-        c.observe(4, 3.0)
-    assert c.off == 0
-    steps = 0
-    while not c.stale:  # a lasting drift: 1.5x
-        c.observe(1, 1.5)
-        steps += 1
-    # t(1) crosses 1 + DRIFT after a few corrections, then it must stay off for DRIFT_STEPS one-row steps.
-    assert c.drift > 1 + DRIFT and DRIFT_STEPS < steps < DRIFT_STEPS + 30
-    assert not CostCurve([1, 2], [1.0, 1.0], off=10**6).stale  # a curve given by hand is never re-measured
-
-
-def test_a_stale_curve_is_measured_again_at_the_next_prompt(tiny_lm, tmp_path, monkeypatch):
-    monkeypatch.setenv("ESP_CACHE", str(tmp_path))
-    monkeypatch.setattr(cost, "_CURVES", {})
-    machine = {"t1": 1.5}  # a fake timer: what a re-measure finds on this machine now
-    asked = []
-
-    def fake(lm, grid, repeats=5):
-        asked.append((grid, repeats))
-        return {q: [machine["t1"] * (1 + 0.1 * q) + e for e in (0.0, 0.01, -0.01)] for q in (1, 2, 4)}
-
-    monkeypatch.setattr(cost, "samples", fake)
-    lm = tiny_lm("llama")
-    old = CostCurve([1, 2, 4], [1.0, 1.1, 1.3], key=cost.curve_key(lm))
-    d = HybridDrafter(curve=old)
-    ctx = Context(lm, [1, 2, 3], 3, Sampling(), 0)
-    d.start(ctx)
-    mine = d.curve
-    assert mine is not old and mine == old  # the drafter's own copy; not stale, so kept
-    while not mine.stale:
-        mine.observe(1, 1.65)
-    assert not old.stale  # a drafter's corrections stay in its copy
-    d.start(ctx)
-    assert d.curve is not mine and d.curve.t[0] == pytest.approx(1.65) and d.curve.patience == DRIFT_STEPS
-    # Mid-session, so cheap: fewer timings, and no width beyond the first grid point covering bc=auto's cap.
-    assert asked == [(tuple(q for q in cost.GRID if q <= AUTO_CAP), cost.REMEASURE_REPEATS)]
-    assert cost.REMEASURE_REPEATS < 5 and max(cost.GRID) > AUTO_CAP
-    saved = json.loads((tmp_path / "costs" / f"{old.key}.json").read_text())
-    assert saved["t"] == pytest.approx(d.curve.t, abs=1e-6) and saved["spread"] == pytest.approx([0.01] * 3)
-    monkeypatch.setattr(cost, "samples", lambda *a, **k: pytest.fail("measured twice"))
-    other = HybridDrafter(curve=old)  # a second drafter whose copy of the old measurement goes stale ...
-    other.start(ctx)
-    while not other.curve.stale:
-        other.curve.observe(1, 1.65)
-    other.start(ctx)  # ... copies the newer measurement instead of timing the grid again
-    assert other.curve == d.curve and other.curve is not d.curve
-    monkeypatch.setattr(cost, "samples", fake)
-    # A re-measure that finds t(1) where it was: the drift came from elsewhere, so the next one waits longer.
-    new = d.curve
-    machine["t1"] = new.t[0] / 1.1
-    while not new.stale:
-        new.observe(1, 3.0)
-    d.start(ctx)
-    assert d.curve.patience == 2 * DRIFT_STEPS
-
+# ---------------------------------------------------------------- smoothing
 
 def test_smoothing_pools_noise_and_keeps_the_kernel_switch():
     # SmolLM2's measured shape (ms): 2-3 rows dearer than 4-8 (the BLAS kernel switch), then small wobbles.

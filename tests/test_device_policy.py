@@ -1,13 +1,17 @@
-"""Device policy (dtype per device, capability and model family), Qwen3's chat prompts, and the step timer."""
+"""Device policy (dtype per device, capability and model family; dtype="auto" on a CPU), Qwen3's chat prompts, and the step timer."""
 from __future__ import annotations
 
+import argparse
+import json
 import time
 
 import pytest
 import torch
 
+import esp.models.cpu_dtype as cpu_dtype
 from esp.errors import ESPError
 from esp.models.lm import LM
+from esp.models.lm import IdTokenizer
 from esp.models.loader import dtype_policy
 from esp.decoding.timer import Phases
 
@@ -31,8 +35,69 @@ def test_dtype_policy(device, cap, family, want):
 def test_an_explicit_dtype_overrides_the_policy_and_a_bad_one_is_one_line():
     assert dtype_policy("cpu", None, "llama", "bfloat16") == torch.bfloat16
     assert dtype_policy("cuda", (7, 5), "gemma3_text", "float16") == torch.float16
-    with pytest.raises(ESPError, match="dtype must be one of float32, bfloat16, float16, not 'fp8'"):
+    with pytest.raises(ESPError, match="dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"):
         dtype_policy("cpu", explicit="fp8")
+
+
+def test_auto_is_the_cuda_policy_there_and_float32_until_checked_on_a_cpu():
+    assert dtype_policy("cuda", (9, 0), "llama", "auto") == torch.bfloat16
+    assert dtype_policy("cuda", (7, 5), "gemma3_text", "auto") == torch.float32
+    assert dtype_policy("cpu", None, "llama", "auto") == torch.float32  # `load` then checks the model
+
+
+@pytest.fixture
+def cpu(tmp_path, monkeypatch):
+    """A CPU whose flags the test sets, with an empty cache; `checks` counts the timed checks."""
+    monkeypatch.setenv("ESP_CACHE", str(tmp_path))
+    state = {"flags": set(), "times": (2.0, 1.0), "checks": 0}
+    monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: state["flags"])
+
+    def compare(model, tok, name):
+        state["checks"] += 1
+        return state["times"]
+
+    monkeypatch.setattr(cpu_dtype, "compare", compare)
+    return state
+
+
+def test_auto_on_a_cpu_without_native_bf16_is_float32_without_a_check(cpu, tiny_lm):
+    cpu["flags"] = {"avx2", "avx512f"}
+    assert cpu_dtype.pick(tiny_lm("llama").model, None, "m") == torch.float32 and cpu["checks"] == 0
+
+
+@pytest.mark.parametrize("times, want", [((2.0, 1.0), torch.bfloat16), ((1.05, 1.0), torch.float32)])
+def test_auto_on_a_native_bf16_cpu_keeps_bf16_only_where_the_check_finds_it_faster(cpu, tiny_lm, times, want):
+    cpu["flags"], cpu["times"] = {"avx512f", "amx_bf16"}, times
+    model = tiny_lm("llama").model
+    assert cpu_dtype.pick(model, None, "m") == want and cpu["checks"] == 1
+    saved = json.loads(cpu_dtype.verdict_path("m").read_text())
+    assert saved["dtype"] == str(want).removeprefix("torch.") and saved["flags"] == ["amx_bf16"]
+    assert cpu_dtype.pick(model, None, "m") == want and cpu["checks"] == 1  # once per machine and model: stored
+    assert cpu_dtype.pick(model, None, "other") == want and cpu["checks"] == 2
+
+
+def test_the_bf16_check_times_a_copy_and_leaves_the_model_as_it_was(tiny_lm):
+    model = tiny_lm("llama").model
+    before = next(model.parameters()).clone()
+    fp32_s, bf16_s = cpu_dtype.compare(model, IdTokenizer(), "tiny")
+    assert fp32_s > 0 and bf16_s > 0
+    assert next(model.parameters()).dtype == before.dtype and torch.equal(next(model.parameters()), before)
+
+
+def test_the_command_lines_default_to_auto_and_to_float32_against_a_reference():
+    from esp.cli import check_model_args
+
+    a = argparse.Namespace(dtype=None, max_new_tokens=4)
+    check_model_args(a)
+    assert a.dtype == "auto"
+    a = argparse.Namespace(dtype=None, max_new_tokens=4, reference=True)
+    check_model_args(a)
+    assert a.dtype == "float32"
+    a = argparse.Namespace(dtype="bfloat16", max_new_tokens=4, reference=True)
+    check_model_args(a)
+    assert a.dtype == "bfloat16"  # an explicit choice wins
+    with pytest.raises(SystemExit):
+        check_model_args(argparse.Namespace(dtype="fp8", max_new_tokens=4))
 
 
 class _ChatTokenizer:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, spec_bench
-from esp.bench.run.shard import Shard, start
+from esp.bench.shard import Shard, start
 
 TIMED = ("seconds", "tokens_per_s")
 

@@ -1,28 +1,42 @@
-"""What a forward of q new rows costs on this machine: measured once, kept on disk, corrected online.
+"""What a forward of q new rows costs on this machine: a prior, then learned from the run's own forwards.
 
 The budgeted drafters pick each step's width by expected tokens per second, (1 + sum P) / t(rows), so
-they need t(q) for the model, device, dtype and thread count at hand. The first use times one forward
-(LM head on every row, as the engine does) over a realistic cache for a grid of q, keeps the medians
-as a piecewise-linear curve, and writes it next to the converted-model cache; later starts read it in
-milliseconds. Every step's measured forward then nudges the curve (machine load and cache length drift).
+they need t(q) for the model, device, dtype and thread count at hand; only its shape, t(q) / t(1), moves
+the choice. A drafter never times anything to get it, and no call of a caller's waits for a sweep:
+
+- Prior (`curve_for`). A curve stored on this machine (by an explicit `calibrate`), else a shipped
+  default shape for the device and dtype (`SHAPES`, in one-row units), whose level the first measured
+  forward sets. A stored curve counts as STORED_WEIGHT samples per knot, or BUSY_WEIGHT when it was
+  measured on a busy machine (it records when and under what load average); a shipped shape as
+  SHAPE_WEIGHT, so a few of the run's own forwards outweigh it.
+- Learning (`CostCurve.observe`). Every step's forward is a timed sample at its width, taken without a
+  device sync (`esp.decoding.timer.ForwardTimer`). A sample's log error moves the whole curve by LEVEL_RATE (the
+  machine's load: every width alike), and what is left moves the width's knots by a running mean over
+  their samples (prior included; never less than `rate`). So widths are compared by their ratio to the
+  level the last few steps set, not to a t(1) from another moment: a load that comes and goes moves
+  the level, not the shape. A stale stored curve is corrected the same way, from steps.
+- Exploration (`table(..., explore=True)`). A knot with fewer than EXPLORE_N samples is priced up to
+  EXPLORE cheaper for the width choice, so a width whose prior is too dear still gets tried. The cost is
+  bounded: a step chosen under the discount loses at most the discount's share of its expected rate (if
+  the estimate is right), and each such step adds its weight to the discounted knots, whose discount
+  falls linearly to zero with it; summed over a drafter's life the discounts come to at most
+  EXPLORE * EXPLORE_N per knot, about knots * EXPLORE * EXPLORE_N steps' worth of rate (6 for GRID up
+  to 64 rows), and none at all on a stored curve measured idle.
+- Sweep (`calibrate`, public as `esp.budget.calibrate`; `esp-bench --calibrate`, the app at start-up). It times
+  each width right after a one-row forward, a round per repeat, and keeps the median of those adjacent
+  ratios: a change of machine speed during the sweep moves a width and its partner alike.
 
 The curve is not forced to be monotone, on purpose: on a CPU, 2-3 rows can cost more than 4-8, because
 the BLAS runs a few rows as repeated matrix-vector products and switches to a matrix-matrix kernel only
-from about 4 rows (SmolLM2's LM head: 6.9 ms for 1 row, 20.7 ms for 3, 11.7 ms for 4). A width choice
-that reads the true curve then prefers 4 rows to 2, rather than paying more for less. Only falls within
-the timing noise are smoothed away (`smooth`): a fall larger than its knots' measured spread is kept.
+from about 4 rows. Only falls within the timing noise are smoothed away (`smooth`).
 
-Each drafter corrects its own copy: the process keeps the measured curves (`curve_for` reads them from
-disk or measures them once) as read-only data and hands every drafter a fresh copy, so drafters in one
-process never move each other's width choices.
-
-A curve measured under one load goes stale when the load changes. Each one-row step's correction moves
-t(1); when the corrected t(1) stays more than DRIFT away from the measured one for DRIFT_STEPS one-row
-steps in a row, the curve is `stale` and the drafter measures it again at its next prompt (`refresh`).
+Each drafter corrects its own copy: the process keeps the priors (`curve_for`) as read-only data and hands
+every drafter a fresh copy, so drafters in one process never move each other's width choices.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -33,43 +47,61 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from esp.device import native_bf16
 from esp.paths import cache_root
+
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
-DRIFT = 0.2  # t(1) off the measured curve by more than this share ...
-DRIFT_STEPS = 32  # ... for this many one-row steps in a row: the curve is measured again
 NOISE = 1.0  # a fall between neighbouring knots within this many times their summed spreads is noise
-REMEASURE_REPEATS = 3  # timings per width when a stale curve is measured again mid-session (5 at first use)
+LEVEL_RATE = 0.25  # share of a sample's log error that moves the whole curve (load moves every width alike)
+CLIP = 0.4  # a sample's log error is clipped to this: a preempted step moves the curve by a bounded amount
+STORED_WEIGHT = 4.0  # samples per knot a stored curve counts as (measured on an idle machine)
+BUSY_WEIGHT = 1.0  # ... measured with the load average at BUSY of the cores or more, or of unknown load
+BUSY = 0.5
+SHAPE_WEIGHT = 0.5  # ... a shipped default shape
+EXPLORE = 0.2  # a knot with no samples is priced this share cheaper for the width choice ...
+EXPLORE_N = 2.0  # ... falling linearly to nothing at this many samples
+
+# Default shapes, t(q) / t(1), where nothing is stored. CPU float32: between this project's two measuring
+# CPUs (2 cores: t(2) = 1.17, t(4) = 1.65, t(8) = 2.0, t(64) = 3.2; AVX512 server: t(2) = 1.5, t(4..8) =
+# 1.2-1.4), smoothed; CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's
+# forward reads the weights once, so rows are nearly free.
+SHAPES = {
+    "cpu-float32": (1.0, 1.3, 1.4, 1.45, 1.5, 1.55, 1.7, 1.8, 1.9, 2.1, 2.25, 2.4, 2.7, 3.0, 3.3, 4.0, 4.6),
+    "cpu-bfloat16": (1.0, 1.05, 1.08, 1.1, 1.12, 1.14, 1.18, 1.22, 1.26, 1.35, 1.45, 1.55, 1.75, 2.1, 2.5, 3.3, 4.0),
+    "cuda": (1.0, 1.01, 1.02, 1.02, 1.03, 1.03, 1.04, 1.05, 1.06, 1.08, 1.1, 1.12, 1.15, 1.22, 1.3, 1.45, 1.6),
+}
 
 
 @dataclass
 class CostCurve:
-    """Seconds per forward of q new rows: piecewise-linear through knots (q, t), extrapolated linearly."""
+    """Seconds per forward of q new rows: piecewise-linear through knots (q, t), extrapolated linearly,
+    learning from measured forwards (see the module's docstring). `rate` = 0 freezes it; otherwise it is the
+    least share of a sample's error a knot takes once its samples are many. `weight`: the samples per knot
+    the knots as given count as. `scaled=False`: `t` is a shape in one-row units until a first sample."""
 
     q: list[int]
     t: list[float]
-    rate: float = 0.05  # online correction: share of each step's error moved into the curve
-    key: str = ""  # the machine setting it was measured for; a curve without one (given by hand) never goes stale
-    steps: int = field(default=0, compare=False)  # online corrections so far
-    patience: int = field(default=DRIFT_STEPS, compare=False)  # one-row steps off the curve that make it stale
-    off: int = field(default=0, compare=False)  # one-row steps in a row with t(1) off by more than DRIFT
-    generation: int = field(default=0, compare=False)  # which measurement of its key in this process it copies
+    rate: float = 0.05
+    key: str = ""  # the machine setting it belongs to ("" for a curve given by hand)
+    weight: float = field(default=STORED_WEIGHT, compare=False)
+    scaled: bool = field(default=True, compare=False)
+    steps: int = field(default=0, compare=False)  # samples learned so far
+    n: list[float] | None = field(default=None, compare=False)  # samples per knot, prior weight included
 
     def __post_init__(self):
         if len(self.q) != len(self.t) or not self.q or sorted(set(self.q)) != list(self.q) or self.q[0] < 1:
             raise ValueError("a cost curve needs increasing q >= 1 with one time each")
+        if any(not (x > 0 and math.isfinite(x)) for x in self.t):
+            raise ValueError("a cost curve's times must be positive numbers")
         self.t = [float(x) for x in self.t]
-        self.base = self.t[0]  # t(q[0]) as measured: what drift is judged against
+        self.n = [float(self.weight)] * len(self.q) if self.n is None else list(self.n)
+        self.base = self.t[0]  # t(q[0]) as the prior had it: what `drift` is judged against
 
     @property
     def drift(self) -> float:
-        """The online-corrected t(1) over the measured one."""
+        """t(1) now over the prior's (for a shape, over the level its first sample set)."""
         return self.t[0] / self.base
-
-    @property
-    def stale(self) -> bool:
-        """True once t(1) has stayed more than DRIFT off the measured curve for `patience` one-row steps."""
-        return bool(self.key) and self.off >= self.patience
 
     def _segment(self, rows: float) -> tuple[int, float]:
         """Knot index i and weight w so that rows sits at (1-w) q[i] + w q[i+1] (w may leave [0, 1] at the ends)."""
@@ -80,47 +112,64 @@ class CostCurve:
         return i, (rows - q[i]) / (q[i + 1] - q[i])
 
     def predict(self, rows: int | float) -> float:
-        """Seconds for a forward of `rows` new rows."""
+        """Seconds for a forward of `rows` new rows (one-row units while a shape has no sample yet)."""
         if len(self.q) == 1:
             return self.t[0] * rows / self.q[0]
         i, w = self._segment(rows)
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
 
-    def table(self, upto: int) -> np.ndarray:
-        """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
-        for every r at once (it is read every step, and the curve moves every step)."""
+    def _interp(self, values: np.ndarray, upto: int) -> np.ndarray:
         r = np.arange(upto + 1, dtype=np.float64)
-        q, t = np.asarray(self.q, dtype=np.float64), np.asarray(self.t, dtype=np.float64)
+        q = np.asarray(self.q, dtype=np.float64)
         if len(q) == 1:
-            out = t[0] * r / q[0]
-        else:
-            i = np.clip(np.searchsorted(q, r) - 1, 0, len(q) - 2)  # the segment r falls in, or the end one
-            w = (r - q[i]) / (q[i + 1] - q[i])
-            out = np.maximum(t[i] + w * (t[i + 1] - t[i]), 1e-9)
+            return values[0] * r / q[0]
+        i = np.clip(np.searchsorted(q, r) - 1, 0, len(q) - 2)  # the segment r falls in, or the end one
+        w = (r - q[i]) / (q[i + 1] - q[i])
+        return values[i] + w * (values[i + 1] - values[i])
+
+    def table(self, upto: int, explore: bool = False) -> np.ndarray:
+        """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
+        for every r at once (it is read every step, and the curve moves every step). `explore`: with the
+        discount on knots of few samples (what the width choice reads; see the module's docstring)."""
+        out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
+        if explore and self.rate > 0:
+            d = np.array([0.0] + [EXPLORE * max(0.0, 1 - n / EXPLORE_N) for n in self.n[1:]])
+            if d.any():
+                w = np.clip(self._interp(d, upto), 0.0, EXPLORE)
+                w[: self.q[0] + 1] = 0.0  # the anchor's width is never discounted
+                out = out * (1 - w)
         out[0] = 0.0
         return out
 
     def observe(self, rows: int, seconds: float) -> None:
-        """Move the curve a little towards one measured forward (least-mean-squares on the two knots)."""
-        if self.rate <= 0 or seconds <= 0:
+        """Learn from one measured forward of `rows` rows: the level, then the width's knots (see above)."""
+        if self.rate <= 0 or not (seconds > 0 and math.isfinite(seconds)):
             return
-        err = seconds - self.predict(rows)
-        if len(self.q) == 1:
-            self.t[0] += self.rate * err
-        else:
-            i, w = self._segment(rows)
-            w = min(max(w, 0.0), 1.0)
-            self.t[i] += self.rate * (1 - w) * err
-            self.t[i + 1] += self.rate * w * err
-        self.t = [max(x, 1e-6) for x in self.t]
         self.steps += 1
-        if rows <= self.q[0]:  # only these move t(1)
-            self.off = self.off + 1 if max(self.drift, 1 / self.drift) > 1 + DRIFT else 0
+        if not self.scaled:  # a shape in one-row units: the first sample sets its level
+            f = seconds / self.predict(rows)
+            self.t = [x * f for x in self.t]
+            self.base, self.scaled = self.t[0], True
+            return
+        err = max(-CLIP, min(CLIP, math.log(seconds / self.predict(rows))))
+        level = max(1 / (self.steps + 1), LEVEL_RATE)  # the first samples after a stored curve set its level
+        rest = (1 - level) * err
+        i, w = self._segment(rows)
+        w = min(max(w, 0.0), 1.0)
+        for j, wj in ((i, 1 - w), (i + 1, w)):
+            if j == 0 or wj <= 0 or j >= len(self.q):
+                continue  # the anchor knot moves with the level only
+            b = max(wj / (self.n[j] + wj), self.rate * wj)
+            self.t[j] *= math.exp(b * rest)
+            self.n[j] += wj
+        f = math.exp(level * err)
+        self.t = [max(x * f, 1e-7) for x in self.t]
 
     def copy(self) -> "CostCurve":
-        """An independent curve with this one's knots and drift settings, for one drafter to correct."""
-        return CostCurve(list(self.q), list(self.t), self.rate, self.key, patience=self.patience,
-                         generation=self.generation)
+        """An independent curve with this one's knots and what it has learned, for one drafter to correct."""
+        c = CostCurve(list(self.q), list(self.t), self.rate, self.key, self.weight, self.scaled, self.steps, list(self.n))
+        c.base = self.base
+        return c
 
     def to_dict(self) -> dict:
         return {"q": list(self.q), "t": [round(x, 6) for x in self.t]}
@@ -145,7 +194,7 @@ def causal_mask(q: int, past: int, dtype: torch.dtype, device: torch.device) -> 
 
 def measure(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, float]:
     """Median seconds of one forward of q new rows (LM head on every row) over a `context`-token cache."""
-    return {q: statistics.median(ts) for q, ts in samples(lm, grid, context, repeats).items()}
+    return {q: statistics.median(s for s, _ in ts) for q, ts in samples(lm, grid, context, repeats).items()}
 
 
 def spread(ts: list[float]) -> float:
@@ -173,8 +222,10 @@ def smooth(t: list[float], noise: list[float]) -> list[float]:
 
 
 @torch.inference_mode()
-def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, list[float]]:
-    """Seconds of `repeats` timed forwards of q new rows (LM head on every row) over a `context`-token cache."""
+def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT,
+            repeats: int = 5) -> dict[int, list[tuple[float, float]]]:
+    """Per width q, `repeats` pairs (seconds of a forward of q new rows, seconds of the one-row forward
+    timed just before it), LM head on every row, over a `context`-token cache."""
     from esp.decoding.kvcache import commit
 
     g = torch.Generator().manual_seed(0)
@@ -183,7 +234,7 @@ def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: i
     dev = lm.device
     lm.forward(lm.embed(ids[:context]), torch.arange(context, device=dev), causal_mask(context, 0, lm.dtype, dev), cache)
     inputs = {q: (lm.embed(ids[context : context + q]), torch.arange(context, context + q, device=dev),
-                  causal_mask(q, context, lm.dtype, dev)) for q in grid}
+                  causal_mask(q, context, lm.dtype, dev)) for q in {1, *grid}}
 
     def timed(q: int) -> float:
         emb, pos, mask = inputs[q]
@@ -197,13 +248,14 @@ def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: i
 
     for q in grid:  # a first run per width warms up kernels and allocator for that size
         timed(q)
-    # Then the widths in turn, a round per repeat: a change in the machine's speed during the sweep (another
-    # job, a throttled core) moves every width alike instead of bending the curve (a timed-in-a-row width
-    # once came out at t(16) = 1.57 t(1), below t(8); 2.04 when timed again).
-    out: dict[int, list[float]] = {q: [] for q in grid}
+    # Then the widths in turn, a round per repeat, each right after a one-row forward: a change in the
+    # machine's speed (another job, a throttled core) moves a width and its partner alike, so their ratio
+    # holds (a width timed in a row once came out at t(16) = 1.57 t(1), below t(8); 2.04 when timed again).
+    out: dict[int, list[tuple[float, float]]] = {q: [] for q in grid}
     for _ in range(repeats):
         for q in grid:
-            out[q].append(timed(q))
+            one = timed(1)
+            out[q].append((timed(q), one))
     return out
 
 
@@ -219,66 +271,66 @@ def cache_dir() -> Path:
     return cache_root() / "costs"
 
 
-_CURVES: dict[str, CostCurve] = {}  # key -> the latest measured curve: read only, handed out as copies
+def shape_for(lm, key: str = "") -> CostCurve:
+    """The shipped default shape for `lm`'s device and dtype, in one-row units (its level unset)."""
+    dt = str(lm.dtype).removeprefix("torch.")
+    # bfloat16 is flat only where the CPU computes it natively; emulated, wide blocks cost more than in float32.
+    native = dt != "bfloat16" or native_bf16()
+    name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES and native else "cpu-float32"
+    return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 
 
-def curve_for(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
-    """A fresh copy of this machine's curve for `lm`: from memory, else from disk, else measured now and saved."""
+def stored(lm) -> CostCurve | None:
+    """The curve `calibrate` stored for `lm`'s setting, as a prior weighed by the load it was measured
+    under (None when there is none, or it is damaged)."""
     key = curve_key(lm)
-    if key in _CURVES:
-        return _CURVES[key].copy()
-    path = cache_dir() / f"{key}.json"
-    curve = None
-    if path.exists():
-        try:
-            curve = CostCurve.from_dict(json.loads(path.read_text()), key=key)
-        except (ValueError, KeyError, TypeError):
-            curve = None  # a damaged file is measured again
-    if curve is None:
-        curve = _measured(lm, key, grid, repeats)
-    _CURVES[key] = curve
-    return curve.copy()
+    try:
+        d = json.loads((cache_dir() / f"{key}.json").read_text())
+        load, cpus = d.get("loadavg"), d.get("cpus") or os.cpu_count() or 1
+        idle = isinstance(load, list) and bool(load) and load[0] < BUSY * cpus
+        return CostCurve.from_dict(d, key=key, weight=STORED_WEIGHT if idle else BUSY_WEIGHT)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
-def refresh(lm, old: CostCurve, cap: int | None = None, grid: tuple[int, ...] = GRID,
-            repeats: int = REMEASURE_REPEATS) -> CostCurve:
-    """A copy of `lm`'s curve measured again (`old`, a drafter's copy, went stale), saved for later copies.
-
-    It runs in the middle of a session, inside a prompt's time, so it is kept cheap: `repeats` timings per
-    width, and with `cap` (the widest block the drafter may pick) only the grid up to the first width
-    that covers it. Wider blocks extrapolate the last segment. On a 0.5B model on a CPU that is about half
-    the forwards of a first measurement.
-    A re-measure that finds t(1) where `old` had it (within DRIFT) shows the drift came from elsewhere,
-    e.g. longer contexts than the timed one: the next re-measure then waits twice as long, so useless
-    re-measures stay O(log steps). A measurement made in this process after the one `old` copies is the
-    machine's newer state, not another drafter's: it is copied instead of timing the grid again."""
-    key = old.key or curve_key(lm)
-    latest = _CURVES.get(key)
-    if latest is not None and latest.generation > old.generation:
-        return latest.copy()
-    if cap is not None:
-        grid = tuple(q for i, q in enumerate(grid) if i < 2 or grid[i - 1] < cap)
-    new = _measured(lm, key, grid, repeats)
-    same = max(new.t[0] / old.base, old.base / new.t[0]) <= 1 + DRIFT
-    new.patience = old.patience * 2 if same else DRIFT_STEPS
-    new.generation = max(old.generation, latest.generation if latest is not None else 0) + 1
-    _CURVES[key] = new
-    return new.copy()
+_CURVES: dict[str, CostCurve] = {}  # key -> the prior for that setting: read only, handed out as copies
 
 
-def _measured(lm, key: str, grid: tuple[int, ...], repeats: int) -> CostCurve:
-    """Time the grid, smooth the noise, save (with the raw medians and spreads) and return the curve."""
+def curve_for(lm) -> CostCurve:
+    """A fresh copy of the prior for `lm`: from memory, else stored on disk, else the default shape.
+    Never times a forward."""
+    key = curve_key(lm)
+    if key not in _CURVES:
+        _CURVES[key] = stored(lm) or shape_for(lm, key)
+    return _CURVES[key].copy()
+
+
+def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
+    """Time this machine's cost curve for `lm` now, store it for later processes and drafters, and return a
+    copy: a blocking sweep of len(grid) x repeats pairs of forwards (seconds on a CPU), for callers who
+    ask for it before they serve (`esp.budget.calibrate` takes a Hugging Face model)."""
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # before the sweep loads the machine
     runs = samples(lm, grid, repeats=repeats)
-    raw = [statistics.median(ts) for ts in runs.values()]
-    noise = [spread(ts) for ts in runs.values()]
-    curve = CostCurve(list(runs), smooth(raw, noise), key=key)
+    ratios = {q: [s / one for s, one in ps] for q, ps in runs.items()}
+    ratio = [statistics.median(r) for r in ratios.values()]
+    one = statistics.median(one for ps in runs.values() for _, one in ps)  # the level, from every partner
+    shape = smooth(ratio, [spread(r) for r in ratios.values()])
+    key = curve_key(lm)
+    curve = CostCurve(list(runs), [one * r for r in shape], key=key)
+    record = {**curve.to_dict(), "ratio": [round(x, 4) for x in ratio],
+              "raw": [round(statistics.median(s for s, _ in ps), 6) for ps in runs.values()],
+              "spread": [round(spread(r), 4) for r in ratios.values()],
+              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "loadavg": [round(x, 2) for x in load] if load else None, "cpus": os.cpu_count(),
+              "threads": torch.get_num_threads(), "repeats": repeats, "context": CONTEXT}
     path = cache_dir() / f"{key}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({**curve.to_dict(), "raw": [round(x, 6) for x in raw],
-                                   "spread": [round(x, 6) for x in noise]}))
+        tmp.write_text(json.dumps(record))
         tmp.replace(path)
     except OSError:
-        pass  # a read-only cache only costs a re-measure next start
-    return curve
+        pass  # a read-only cache: this process still uses the curve
+    _CURVES[key] = stored(lm) or curve
+    return _CURVES[key].copy()
+

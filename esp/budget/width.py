@@ -239,7 +239,7 @@ class BatchWidth:
         top = min(o.size for o in offers) - 1
         expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
         b = len(offers)
-        seconds = self.curve.table(b * top)[b * np.arange(1, top + 1)]
+        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
         score = expected / seconds
         score[0] *= 1 + self.margin
         return int(score.argmax()) + 1

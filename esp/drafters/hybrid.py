@@ -25,8 +25,9 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   text to copy from and a fresh back-off, exactly as a drafter built for that prompt would. Hot: the
   table, the lookup history (earlier prompts and their outputs), the calibration and the back-off are
   kept across prompts by this drafter object (the official Token Recycling protocol, `tr:start=hot`).
-  Either way the cost curve is this drafter's own copy of the machine's (`esp.budget.cost`), and nothing
-  a drafter learns reaches another drafter.
+  Either way the cost curve is this drafter's own copy of the machine's prior (`esp.budget.cost`: stored by
+  `esp.calibrate`, else a default shape), learned from its own forwards, never timed inside a call; and
+  nothing a drafter learns reaches another drafter.
 Every choice is deterministic given the text and the measured times; nothing is sampled but the
 target's own tokens, so runs repeat exactly (widths under `bc=auto` follow the measured times).
 """
@@ -41,7 +42,7 @@ import torch
 
 from esp.budget.width import Backoff, BatchWidth, Choice, best_rate, by_rows, choose
 from esp.budget.calibrate import Calibrator, bucket
-from esp.budget.cost import CostCurve, curve_for, refresh
+from esp.budget.cost import CostCurve, curve_for
 from esp.device import read_all
 from esp.errors import ESPError
 from esp.budget.prior import Prior, prior_for
@@ -158,10 +159,8 @@ class HybridDrafter(Drafter):
     # ------------------------------------------------------------------ per prompt
 
     def start(self, ctx: Context) -> None:
-        if self.curve is None:
+        if self.curve is None:  # the machine's prior, never timed here: the steps' own forwards correct it
             self.curve = curve_for(ctx.lm)
-        elif self.curve.stale:  # the machine's one-row time moved away from the measured curve and stayed
-            self.curve = refresh(ctx.lm, self.curve, self.cap)
         if self.initial is None:
             self.initial = (prior_for(ctx.lm) if self.prior_mode == "auto" else None) or Prior()
             self._learn(self.initial.copy())
@@ -214,7 +213,7 @@ class HybridDrafter(Drafter):
             return Proposal(DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]))
         tree, p = drafted[1:] if drafted is not None else self._draft(ctx)
         cap = self.cap if rows is None else rows
-        cost = None if self.bc != AUTO or rows is not None else self.curve.table(self.cap)
+        cost = None if self.bc != AUTO or rows is not None else self.curve.table(self.cap, explore=True)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, tree.parents[1:], j, self._mask_value(j), cap, cost, margin=PLAIN_MARGIN)
                  for j in range(min(self.k, 1), self.k + 1)), key=Choice.score)

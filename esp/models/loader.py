@@ -50,16 +50,18 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 # GPU without bfloat16 runs them in float32.
 NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text"})
 DTYPES = ("float32", "bfloat16", "float16")
+AUTO = "auto"  # on CUDA the policy's choice; on a CPU bfloat16 where it is native and faster (esp.models.cpu_dtype)
 
 
 def dtype_policy(device_type: str, capability: tuple[int, int] | None = None, model_type: str | None = None,
                  explicit: str | None = None) -> torch.dtype:
     """The dtype a model runs in: `explicit` if given; else float32 on a CPU; on CUDA bfloat16 from compute
     capability 8.0 (Ampere: bf16 tensor cores and fused attention), float16 below (a T4 is 7.5), and
-    float32 there for families that overflow in float16."""
-    if explicit:
+    float32 there for families that overflow in float16. "auto" is the CUDA policy there and float32 on a
+    CPU, where `load` then checks the loaded model (`esp.models.cpu_dtype.pick`)."""
+    if explicit and explicit != AUTO:
         if explicit not in DTYPES:
-            raise ESPError(f"dtype must be one of {', '.join(DTYPES)}, not {explicit!r}.")
+            raise ESPError(f"dtype must be one of {AUTO}, {', '.join(DTYPES)}, not {explicit!r}.")
         return getattr(torch, explicit)
     if device_type != "cuda":
         return torch.float32
@@ -88,7 +90,9 @@ def _model_type(source: str, kwargs: dict) -> str | None:
 def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = None,
          gpus: tuple[int, ...] | None = None) -> LM:
     """Load (once per process) the model called `name`: an offline model (see `offline_models()`), a Hub
-    id or a local folder; `gpus` spreads it over those GPUs (device_map="auto") instead of one device."""
+    id or a local folder; `gpus` spreads it over those GPUs (device_map="auto") instead of one device.
+    `dtype`: one of DTYPES, "auto" (see `dtype_policy`), or None for the device's default (float32 on a
+    CPU, so that tokens equal a float32 greedy run's exactly)."""
     # One cache key per model, however the call spells it (load() and load("embedded") share one LM).
     return _load((name or EMBEDDED).strip(), device, dtype, gpus)
 
@@ -125,7 +129,8 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
             )
     dev = torch.device(device) if device else default_device()[0]
     cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-    dt = dtype_policy(dev.type, cap, None if dtype or dev.type != "cuda" else _model_type(source, kwargs), dtype)
+    explicit = dtype if dtype != AUTO else None
+    dt = dtype_policy(dev.type, cap, None if explicit or dev.type != "cuda" else _model_type(source, kwargs), explicit)
     # The loader's notes (and, while it is quieted, a tensor-parallel check that lists a single-device model's
     # norms as "not sharded") are noise for users of one device.
     quiet = [logging.getLogger(f"transformers.{m}") for m in ("modeling_utils", "distributed.tensor_parallel")]
@@ -154,6 +159,10 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
         if entry.parts:  # the joined GGUF was only the converter's input
             Path(source, kwargs["gguf_file"]).unlink(missing_ok=True)
     label = entry.hub_id if entry and source == entry.hub_id else entry.label if entry else name
+    if dtype == AUTO and dev.type == "cpu" and not gpus:
+        from esp.models.cpu_dtype import pick
+
+        dt = pick(model, tok, label)
     if not gpus:
         model = model.to(dev, dt)
     elif model.dtype != dt:  # a spread model stays where accelerate put it; only a converted GGUF needs a cast

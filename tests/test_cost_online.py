@@ -1,0 +1,171 @@
+"""The cost model: no sweep inside a call, a prior learned from the run's own forwards, robust to load, bounded
+exploration, and the explicit sweep `esp.budget.calibrate` (on fake machines and the tiny model: no wall-clock
+assertions)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import esp
+import esp.budget.cost as cost
+from esp.budget.cost import EXPLORE, EXPLORE_N, CostCurve
+from esp.models.lm import LM
+
+TRUE = {1: 1.0, 2: 1.2, 3: 1.3, 4: 1.6, 6: 1.7, 8: 2.0, 16: 2.3}  # a fake machine's shape, one-row units
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    """A machine with no stored curve: an empty ESP_CACHE and nothing read in this process."""
+    monkeypatch.setenv("ESP_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost, "_CURVES", {})
+    return tmp_path
+
+
+def test_the_first_auto_call_makes_no_forward_beyond_its_own_steps(tiny_lm, empty_cache, monkeypatch):
+    model = tiny_lm("llama").model
+    fed, forward = [], LM.forward
+    monkeypatch.setattr(LM, "forward", lambda self, emb, *a, **k: fed.append(len(emb)) or forward(self, emb, *a, **k))
+    ids = [(5 * i) % 50 + 3 for i in range(12)] * 2
+    out = esp.decode(model, None, ids, method="hybrid:bc=auto", max_new_tokens=24)
+    assert len(fed) == len(out.steps) and fed[0] == len(ids) + out.widths[0] - 1  # the prefill, then one per step
+    assert fed[1:] == out.widths[1:]
+    assert not (empty_cache / "costs").exists()  # nothing was measured, so nothing stored
+    curve = next(iter(cost._CURVES.values()))
+    assert curve.weight == cost.SHAPE_WEIGHT and not curve.scaled  # the process keeps the default shape as read
+    assert out.steps[-1].cost["curve"]["t"][0] != 1.0  # ... and the drafter's copy took its level from the steps
+
+
+def test_the_learned_shape_survives_a_load_that_comes_and_goes():
+    """The machine slows 1.8x for a stretch, during which the drafter feeds wide blocks (the case that bent
+    the old curve: a wide step was judged against a t(1) measured before the load)."""
+    curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32"]), weight=cost.SHAPE_WEIGHT, scaled=False)
+    rng = random.Random(0)
+    plan = [1, 2, 4, 1, 3, 8, 16, 6] * 30
+    for step, w in enumerate(plan):
+        load = 1.8 if 60 <= step < 150 else 1.0
+        curve.observe(w, 0.05 * load * TRUE[w] * rng.uniform(0.95, 1.05))
+    for w, r in TRUE.items():
+        assert curve.predict(w) / curve.predict(1) == pytest.approx(r, rel=0.06), w
+    assert curve.predict(1) == pytest.approx(0.05, rel=0.06)  # the level is the machine's now
+
+
+def test_a_stored_curve_corrects_from_steps_and_its_first_steps_set_the_level():
+    stored = CostCurve([1, 2, 4, 8], [0.05, 0.06, 0.07, 0.09], key="k")  # measured once; the machine changed
+    c = stored.copy()
+    for _ in range(30):
+        for w in (1, 2, 4, 8):
+            c.observe(w, 0.08 * {1: 1.0, 2: 1.5, 4: 1.3, 8: 1.9}[w])
+    assert c.predict(1) == pytest.approx(0.08, rel=0.05) and c.drift == pytest.approx(1.6, rel=0.05)
+    assert c.predict(2) / c.predict(1) == pytest.approx(1.5, rel=0.1)
+    assert stored.t == [0.05, 0.06, 0.07, 0.09] and stored.steps == 0  # the prior itself was only read
+    frozen = CostCurve([1, 2], [1.0, 2.0], rate=0.0)
+    frozen.observe(2, 9.0)
+    assert frozen.t == [1.0, 2.0]
+
+
+def test_one_outlier_moves_the_curve_a_bounded_step():
+    c = CostCurve([1, 4], [1.0, 1.5], weight=1.0)
+    c.observe(4, 1.5)
+    c.observe(4, 1000.0)  # a step preempted by another job
+    assert c.predict(4) < 1.5 * 1.5 and c.predict(1) < 1.25
+
+
+def test_exploration_prices_unknown_widths_cheaper_and_stops():
+    shape = CostCurve([1, 2, 4], [1.0, 1.5, 2.0], weight=cost.SHAPE_WEIGHT)
+    plain, explore = shape.table(4), shape.table(4, explore=True)
+    d = EXPLORE * (1 - cost.SHAPE_WEIGHT / EXPLORE_N)
+    assert explore[1] == plain[1] and explore[2] == pytest.approx(plain[2] * (1 - d))
+    assert all(plain[r] * (1 - EXPLORE) <= explore[r] <= plain[r] for r in range(1, 5))
+    for _ in range(3):  # samples at 2 rows: that knot is known, its discount gone
+        shape.observe(2, shape.predict(2))
+    assert shape.table(2, explore=True)[2] == pytest.approx(shape.table(2)[2])
+    idle = CostCurve([1, 2, 4], [1.0, 1.5, 2.0])  # a stored curve measured idle: nothing to explore
+    assert idle.table(4, explore=True).tolist() == idle.table(4).tolist()
+
+
+def test_an_overpriced_width_gets_tried_by_the_drafter(tiny_lm, empty_cache, monkeypatch):
+    """The default shape prices 2 rows at 1.3 plain steps; on this fake machine they cost 1.05, and only the
+    exploration discount gets them fed at first."""
+    from types import SimpleNamespace
+
+    import esp.decoding.timer as timer
+    from esp.drafters.hybrid import HybridDrafter
+    from esp.decoding.engine import Decoder
+
+    lm = tiny_lm("llama")
+    clock = SimpleNamespace(now=0.0)
+    forward = lm.forward
+
+    def timed(embeds, *a, **k):
+        clock.now += 0.05 * (1 + 0.05 * (len(embeds) - 1))
+        return forward(embeds, *a, **k)
+
+    monkeypatch.setattr(lm, "forward", timed)
+    monkeypatch.setattr(timer, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(HybridDrafter, "clock", staticmethod(lambda: clock.now))
+    ids = [(7 * i + 3) % 60 for i in range(10)] * 3
+    d = HybridDrafter()
+    run = Decoder(lm, d, max_new_tokens=32, trace_mask=False, timings=False).generate(ids)
+    assert max(len(s.positions) for s in run.steps[1:]) >= 2
+    assert d.curve.predict(2) / d.curve.predict(1) < 1.2  # learned: 2 rows are cheap here
+
+
+def test_calibrate_pairs_each_width_with_a_one_row_forward_and_records_the_load(tiny_lm, empty_cache, monkeypatch):
+    lm = tiny_lm("llama")
+    fed, forward = [], lm.forward
+    monkeypatch.setattr(lm, "forward", lambda emb, *a: fed.append(emb.shape[-2]) or forward(emb, *a))
+    monkeypatch.setattr(cost.os, "getloadavg", lambda: (0.1, 0.2, 0.3))
+    curve = esp.budget.calibrate(lm, grid=(1, 2, 4), repeats=2)
+    # The prefill of the cache, a warm-up per width, then rounds: each width right after a one-row forward.
+    assert fed == [cost.CONTEXT] + [1, 2, 4] + [1, 1, 1, 2, 1, 4] * 2
+    saved = json.loads((empty_cache / "costs" / f"{cost.curve_key(lm)}.json").read_text())
+    assert saved["q"] == [1, 2, 4] and saved["loadavg"] == [0.1, 0.2, 0.3] and saved["measured_at"].endswith("Z")
+    assert len(saved["ratio"]) == 3 and curve.weight == cost.STORED_WEIGHT
+    monkeypatch.setattr(cost, "_CURVES", {})
+    monkeypatch.setattr(cost, "samples", lambda *a, **k: pytest.fail("a stored curve must not be timed again"))
+    again = cost.curve_for(lm)
+    assert again.q == [1, 2, 4] and again.t == pytest.approx(saved["t"]) and again.scaled
+
+
+def test_a_curve_stored_under_load_is_a_weak_prior(tiny_lm, empty_cache, monkeypatch):
+    lm = tiny_lm("llama")
+    monkeypatch.setattr(cost.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert esp.budget.calibrate(lm, grid=(1, 2), repeats=1).weight == cost.BUSY_WEIGHT
+    path = empty_cache / "costs" / f"{cost.curve_key(lm)}.json"
+    path.write_text(json.dumps({"q": [1, 2], "t": [1.0, 1.2]}))  # an older file: no record of its load
+    monkeypatch.setattr(cost, "_CURVES", {})
+    assert cost.curve_for(lm).weight == cost.BUSY_WEIGHT
+    path.write_text("{not json")
+    monkeypatch.setattr(cost, "_CURVES", {})
+    assert not cost.curve_for(lm).scaled  # a damaged file: the default shape, never a sweep
+
+
+def test_the_default_shape_is_flat_for_bf16_only_where_the_cpu_has_it(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    lm = SimpleNamespace(dtype=torch.bfloat16, device=torch.device("cpu"))
+    monkeypatch.setattr(cost, "native_bf16", lambda: True)
+    assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-bfloat16"])
+    monkeypatch.setattr(cost, "native_bf16", lambda: False)  # emulated: wide blocks are dear, as in float32
+    assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-float32"])
+
+
+def test_the_command_lines_sweep_only_with_calibrate(monkeypatch):
+    import argparse
+
+    import esp.models.loader
+    from esp.cli import add_model_args, load_model
+
+    swept = []
+    monkeypatch.setattr(esp.models.loader, "load", lambda name, dtype=None, **kw: ("lm", name, dtype))
+    monkeypatch.setattr(cost, "calibrate", lambda lm: swept.append(lm))
+    p = argparse.ArgumentParser()
+    add_model_args(p)
+    assert load_model(p.parse_args([])) == ("lm", "embedded", None) and swept == []
+    assert load_model(p.parse_args(["--calibrate", "--dtype", "float32"])) == ("lm", "embedded", "float32")
+    assert swept == [("lm", "embedded", "float32")]
