@@ -1,6 +1,6 @@
 """Engine overhead measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
 scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP and hybrid step at BC = 60 and
-the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/cost.py; plus the
+the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/models/timing.py; plus the
 random-weight stand-ins those need. Medians throughout."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-import esp.budget.cost as cost
+from esp.models.timing import measure
 from esp.decoding.engine import Decoder
 from esp.decoding.layout import EfficientLayouts, NaiveLayouts
 from esp.models.lm import LM, IdTokenizer
@@ -88,7 +88,7 @@ def measure_model(lm: LM, prompts: list[list[int]], context: int, sizes: list[in
                   specs: dict[str, str] = BC60) -> dict:
     """The model's cost curve and the per-step overhead of `specs` (ESP and the hybrid at BC = 60), printed as they come."""
     print(f"model {lm.name} on {lm.device} ({lm.dtype}), torch threads {torch.get_num_threads()}", flush=True)
-    curve = cost.measure(lm, tuple(sizes), context, repeats)
+    curve = measure(lm, tuple(sizes), context, repeats)
     print(f"forward cost curve (median over {repeats} runs, cache {context} tokens):")
     for q, t in curve.items():
         print(f"  q={q:4d}  {t * 1e3:8.2f} ms  {t / curve[sizes[0]]:.2f}x")

@@ -48,10 +48,9 @@ import numpy as np
 import torch
 
 from esp.device import native_bf16
+from esp.models.timing import CONTEXT, GRID, samples, spread
 from esp.paths import cache_root
 
-GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
-CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
 NOISE = 1.0  # a fall between neighbouring knots within this many times their summed spreads is noise
 LEVEL_RATE = 0.25  # share of a sample's log error that moves the whole curve (load moves every width alike)
 CLIP = 0.4  # a sample's log error is clipped to this: a preempted step moves the curve by a bounded amount
@@ -179,30 +178,6 @@ class CostCurve:
         return cls(list(d["q"]), list(d["t"]), **kw)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def causal_mask(q: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, q, past + q) additive mask: the prefix and earlier new rows are visible."""
-    m = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=device)
-    m[:, :past] = 0
-    m[:, past:] = m[:, past:].triu(1)
-    return m[None, None]
-
-
-def measure(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one forward of q new rows (LM head on every row) over a `context`-token cache."""
-    return {q: statistics.median(s for s, _ in ts) for q, ts in samples(lm, grid, context, repeats).items()}
-
-
-def spread(ts: list[float]) -> float:
-    """The timing noise of a median: the median absolute deviation of the runs."""
-    m = statistics.median(ts)
-    return statistics.median(abs(x - m) for x in ts)
-
-
 def smooth(t: list[float], noise: list[float]) -> list[float]:
     """`t` with its noise falls pooled away: more rows never cost less, unless they measurably do.
 
@@ -219,44 +194,6 @@ def smooth(t: list[float], noise: list[float]) -> list[float]:
                 break
             blocks[-2:] = [[a + b, na + nb, max(sa, sb)]]
     return [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
-
-
-@torch.inference_mode()
-def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT,
-            repeats: int = 5) -> dict[int, list[tuple[float, float]]]:
-    """Per width q, `repeats` pairs (seconds of a forward of q new rows, seconds of the one-row forward
-    timed just before it), LM head on every row, over a `context`-token cache."""
-    from esp.decoding.kvcache import commit
-
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, lm.vocab_size, (context + max(grid),), generator=g).tolist()
-    cache = lm.new_cache()
-    dev = lm.device
-    lm.forward(lm.embed(ids[:context]), torch.arange(context, device=dev), causal_mask(context, 0, lm.dtype, dev), cache)
-    inputs = {q: (lm.embed(ids[context : context + q]), torch.arange(context, context + q, device=dev),
-                  causal_mask(q, context, lm.dtype, dev)) for q in {1, *grid}}
-
-    def timed(q: int) -> float:
-        emb, pos, mask = inputs[q]
-        _sync(dev)
-        t = time.perf_counter()
-        h, _ = lm.forward(emb, pos, mask, cache)
-        lm.head(h)
-        _sync(dev)
-        commit(cache, context, [])  # back to the same cache for the next timing
-        return time.perf_counter() - t
-
-    for q in grid:  # a first run per width warms up kernels and allocator for that size
-        timed(q)
-    # Then the widths in turn, a round per repeat, each right after a one-row forward: a change in the
-    # machine's speed (another job, a throttled core) moves a width and its partner alike, so their ratio
-    # holds (a width timed in a row once came out at t(16) = 1.57 t(1), below t(8); 2.04 when timed again).
-    out: dict[int, list[tuple[float, float]]] = {q: [] for q in grid}
-    for _ in range(repeats):
-        for q in grid:
-            one = timed(1)
-            out[q].append((timed(q), one))
-    return out
 
 
 def curve_key(lm) -> str:

@@ -74,7 +74,7 @@ def pick(model, tokenizer, name: str) -> torch.dtype:
 def compare(model, tokenizer, name: str) -> tuple[float, float]:
     """Seconds of the check's forwards (the median per width, summed) in float32 and in bfloat16, timed in
     turn so that a change of machine speed hits both alike; the bfloat16 copy is dropped afterwards."""
-    from esp.budget.cost import measure
+    from esp.models.timing import measure
     from esp.models.lm import LM
 
     lms = {torch.float32: LM(model, tokenizer, name), torch.bfloat16: LM(copy.deepcopy(model).to(torch.bfloat16), tokenizer, name)}
