@@ -251,3 +251,18 @@ def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_pa
     (run,) = json.loads(out.read_text())["runs"]
     assert run["generate()"]["per_prompt"] == run["ar"]["per_prompt"] == run["hybrid:bc=auto"]["per_prompt"]
     assert len(run["ar"]["per_prompt"]) == 3 and run["ar"]["batch"] == 2 and run["ar"]["tokens_per_s"] > 0
+
+
+def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
+    steep = CostCurve([1, 256], [1.0, 256.0])
+    row = _Offers(by_rows([0.9, 0.8], [0, 1], 0, 0.0, 8), steep)
+    wide = BatchWidth()
+    asked_at = []
+    for step in range(1, 40):
+        before = row.asked
+        assert wide.width([row] * 4, [_ctx(step)] * 4) == 1
+        if row.asked > before:
+            asked_at.append(step)
+        wide.observe(1, tokens=4, seconds=1.0)
+    assert asked_at[:5] == [1, 3, 6, 11, 20]  # waits of 1, 2, 4, 8 plain steps, then at most REST_MAX
+    assert all(b - a <= BatchWidth.REST_MAX + 1 for a, b in zip(asked_at, asked_at[1:]))

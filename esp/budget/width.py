@@ -217,13 +217,18 @@ class BatchWidth:
     batch's expected tokens per second, sum of offers at Q / t(B Q), on the rows' measured curve, and
     beats plain rows (Q = 1, what batched greedy decoding feeds) only by `margin`. A `Backoff` books the
     batch's drafted steps against its plain ones (per row: tokens / B), so where drafting does not pay at
-    this batch size the run falls back to one row per sequence, at a bounded cost of finding out."""
+    this batch size the run falls back to one row per sequence, at a bounded cost of finding out. Offers
+    cost host time (every row grows its candidates), so after a step whose best width was one row the
+    next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing pays asks O(log n) times."""
+
+    REST_MAX = 16
 
     def __init__(self, margin: float = 0.1):
         self.margin = margin
         self.backoff = Backoff()
         self.batch = 0  # rows decoding now: a plain step's time depends on it
         self.curve = None
+        self.rest = self.left = 0  # plain steps to wait after a one-row choice, and still to wait now
 
     def width(self, drafters: list, ctxs: list) -> int | None:
         """Rows per sequence this step; None at the prefill (each row feeds its prompt and its own block)."""
@@ -233,7 +238,8 @@ class BatchWidth:
             self.batch = len(drafters)
             self.backoff.t1, self.backoff.n1 = None, 0
         self.curve = drafters[0].curve
-        if not self.backoff.drafting:
+        if not self.backoff.drafting or self.left:
+            self.left = max(self.left - 1, 0)
             return 1
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
         top = min(o.size for o in offers) - 1
@@ -242,7 +248,10 @@ class BatchWidth:
         seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
         score = expected / seconds
         score[0] *= 1 + self.margin
-        return int(score.argmax()) + 1
+        width = int(score.argmax()) + 1
+        self.rest = 0 if width > 1 else min(max(2 * self.rest, 1), self.REST_MAX)
+        self.left = self.rest
+        return width
 
     def observe(self, width: int, tokens: int, seconds: float) -> None:
         """Book a step of `width` rows per sequence that emitted `tokens` over the batch in `seconds`."""

@@ -182,6 +182,7 @@ class HybridDrafter(Drafter):
         self.esp_top: list[list[tuple[int, int, int]]] | None = None  # per depth: ESP's (token, band, rank)
         self.cands: dict[int, list[Candidate]] = {}
         self.drafted: tuple[int, DraftTree, np.ndarray] | None = None  # (step, tree, P) grown this step
+        self.resting = False
         self.choice = None
         self.since_esp = 0  # steps since ESP drafts were last available
 
@@ -205,8 +206,8 @@ class HybridDrafter(Drafter):
         `rows` rows when a batch budget chose the width."""
         self.t0 = self.clock()
         drafted = self.drafted if self.drafted is not None and self.drafted[0] == ctx.step else None
-        plain = rows == 1 and drafted is None
-        if plain or (rows is None and self.guard is not None and not self.guard.drafting and ctx.step > 0):
+        self.resting = rows == 1 and drafted is None  # a batch that drafts nothing this step: learn nothing either
+        if self.resting or (rows is None and self.guard is not None and not self.guard.drafting and ctx.step > 0):
             # Backed off: a plain step, with none of the drafting's Python.
             self.cands, self.path_of, self.gain, self.esp_top = {}, {0: ()}, 1.0, None
             self.choice = Choice(0, (), 1, 1.0, self.curve.predict(1))
@@ -335,6 +336,8 @@ class HybridDrafter(Drafter):
     # ------------------------------------------------------------------ learning
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
+        if self.resting:
+            return self._rest(ctx, res)
         tree, s, lm = res.proposal.tree, ctx.sampling, ctx.lm
         logits = res.node_logits
         # Everything the step's learning needs from the device is read back at once (one sync): the
@@ -426,6 +429,20 @@ class HybridDrafter(Drafter):
                       "measured_s": res.timed[-1][1] if res.timed else res.forward_s, "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4),
                       "backoff": guard.state() if guard is not None else None}
         return notes
+
+    def _rest(self, ctx: Context, res: StepResult) -> Notes:
+        """A plain step of a batch that drafts nothing for now (its budget backed off): only what later steps
+        need, the masks' EMA and the forward's time, so that the batch runs at plain decoding's cost."""
+        if self.mask:
+            self.mask.update(ctx.lm, res.emitted)
+            self.since_esp += 1
+        self.esp_top = None
+        for r, secs in res.timed:
+            self.curve.observe(r, secs)
+        return Notes(cost={"budget": self.bc, "rows": 1, "cap": self.cap, "mode": "plain", "expected_tokens": 1.0,
+                           "reliability": round(self.gain, 4), "predicted_s": self.curve.predict(1),
+                           "measured_s": res.timed[-1][1] if res.timed else res.forward_s,
+                           "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4), "backoff": None})
 
     clock = staticmethod(time.perf_counter)
 
