@@ -28,7 +28,7 @@ from typing import Callable
 
 import esp.bench.batch as batch
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
-from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, require, run_main
+from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
 from esp.budget.cost import CostCurve, curve_for
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
@@ -566,14 +566,12 @@ def main(argv: list[str] | None = None) -> None:
     if a.answers and any("question_id" not in q for q in questions):
         fail(f"--answers needs a question_id on every question of {a.questions}.")
 
-    from esp.models.loader import load
-
     if a.batch is not None:
         try:
             sizes = batch.parse_batches(a.batch)
         except ValueError as e:
             fail(str(e))
-        lm = load(a.model, dtype=a.dtype)
+        lm = load_model(a)
         prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
         runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"questions": a.questions})
         if a.markdown:
@@ -582,7 +580,7 @@ def main(argv: list[str] | None = None) -> None:
 
     shard = start()
     try:
-        lm = load(a.model, device=shard.device(), dtype=a.dtype, gpus=shard.gpus() if a.device_map == "auto" else None)
+        lm = load_model(a, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)
         folder = before = None
         if a.answers:
             names = specs + ([GENERATE] if a.reference else [])
@@ -614,7 +612,3 @@ def run_arguments(a: argparse.Namespace) -> dict:
     out = {k: v for k, v in vars(a).items() if k not in OUTPUTS}
     out["questions"] = hashlib.sha256(Path(a.questions).read_bytes()).hexdigest()
     return out
-
-
-if __name__ == "__main__":
-    run_main(main)
