@@ -99,7 +99,12 @@
       toggle.id = "controls-toggle";
       toggle.type = "button";
       toggle.textContent = "⚙ Controls";
-      toggle.addEventListener("click", () => document.body.classList.toggle("esp-show-controls"));
+      toggle.setAttribute("aria-expanded", "false");
+      // On #controls itself: Gradio scopes the app's CSS inside @media to its container, so a class on <body>
+      // could not be seen there.
+      toggle.addEventListener("click", () => {
+        toggle.setAttribute("aria-expanded", String(controls.toggleAttribute("data-shown")));
+      });
       controls.before(toggle);
     }
   }

@@ -26,6 +26,7 @@ from explorer.door import FREE, RUNS, Door, is_local, visitor
 PROMPT = "Count from 1 to 10."
 TINY = dict(k=2, bc=30, lam=0.1, max_new_tokens=4)
 LONG = {**TINY, "max_new_tokens": 400}  # held until stopped: far longer than any test waits for it
+COUNTING = "Count from 1 to 1000, separated by commas."  # an answer that does not end before 400 tokens
 
 
 # ---------------------------------------------------------------- who the visitor is
@@ -185,7 +186,7 @@ def test_one_address_with_20_sessions_holds_its_share_and_a_second_address_gets_
 
         limits = app.LIMITS
         hog = [client(demo, "198.51.100.7") for _ in range(20)]
-        first = hog[0].submit(prompt=PROMPT, api_name="/generate", **LONG)
+        first = hog[0].submit(prompt=COUNTING, api_name="/generate", **LONG)
         started(first)  # the model is busy with the hog's first run
         second = hog[1].submit(prompt=PROMPT, api_name="/generate", **TINY)  # its second: queued
         lines = [refusal_of(c.submit(prompt=PROMPT, api_name="/generate", **TINY)) for c in hog[2:]]
@@ -239,7 +240,7 @@ def test_a_closed_session_frees_its_place(lm, monkeypatch):
 def test_stop_through_the_client_ends_its_own_run_within_one_step_while_the_queue_is_full(lm, monkeypatch):
     with launched(monkeypatch, queue_size=2) as demo:
         holder = client(demo, "198.51.100.20")
-        run = holder.submit(prompt=PROMPT, api_name="/generate", **LONG)
+        run = holder.submit(prompt=COUNTING, api_name="/generate", **LONG)
         started(run)
         waiting = [client(demo, f"203.0.113.{20 + n}") for n in range(2)]
         queued = [w.submit(prompt=PROMPT, api_name="/generate", **TINY) for w in waiting]

@@ -54,4 +54,5 @@ def test_url_state_spotlight_theme_present(browser, tmp_path):
     assert page.evaluate("document.body.classList.contains('dark')")
     assert page.evaluate("[espExplorer.firstVisit(), espExplorer.firstVisit()]") == [True, False]
     page.locator("#controls-toggle").click()
-    assert page.evaluate("document.body.classList.contains('esp-show-controls')")
+    assert page.evaluate("document.getElementById('controls').hasAttribute('data-shown')")
+    assert page.locator("#controls-toggle").get_attribute("aria-expanded") == "true"
