@@ -82,6 +82,10 @@ class Limits:
     # The proxies whose X-Forwarded-For names the visitor (addresses or networks); from anyone else the
     # header is ignored. Default: none, or SPACE_PROXIES on a Space.
     trusted_proxies: tuple[str, ...] = ()
+    # Loopback callers (the server's own machine) are limited like anyone else, so that a local probe with
+    # two addresses (127.0.0.1 and 127.0.0.2) sees what a Space's visitors see; ESP_APP_LOCAL_UNLIMITED=1
+    # lifts the per-visitor limits for them (the test suite, a local load test).
+    local_unlimited: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
@@ -98,7 +102,8 @@ class Limits:
                                 "visitor_sessions")}
         proxies = env.get("ESP_APP_TRUSTED_PROXIES")
         proxies = SPACE_PROXIES if proxies is None and env.get("SPACE_ID") else (proxies or "").split(",")
-        return cls(tuple(dict.fromkeys(listed)), **numbers, trusted_proxies=_networks(proxies))
+        return cls(tuple(dict.fromkeys(listed)), **numbers, trusted_proxies=_networks(proxies),
+                   local_unlimited=env.get("ESP_APP_LOCAL_UNLIMITED", "") == "1")
 
     def check_model(self, name: str | None) -> str:
         """The model name if this server offers it; otherwise one refusing sentence (nothing is loaded)."""

@@ -15,8 +15,8 @@ FREE) passes it: Stop only sets the caller's own session's stop token, so it is 
 A visitor is an address: the connection's, or, when that is a trusted proxy's (LIMITS.trusted_proxies), the
 address X-Forwarded-For names (the entry the nearest untrusted hop wrote: a caller can prepend entries, not
 replace the proxy's). IPv6 addresses count by their /64 network (one host holds a whole /64). The server's own
-machine (a loopback address, which no outside caller can be) is not limited: the operator's tabs, the tests,
-the load test.
+machine (a loopback address) is limited like any visitor unless LIMITS.local_unlimited (ESP_APP_LOCAL_UNLIMITED=1:
+the test suite, a local load test).
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ class Door:
         if self._max_size is not None and waiting >= self._max_size:
             return False, f"Queue is full. Max size is {self._max_size} and size is {waiting}.", "queue_full"
         who = self.visitor_of(request)
-        if is_local(who):
+        if self.limits.local_unlimited and is_local(who):
             return None
         limit = self.limits
         events = list(self._events())

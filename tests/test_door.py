@@ -123,7 +123,8 @@ def test_the_door_counts_runs_the_queue_share_and_sessions_per_visitor(door):
     assert refused(door, "views", "s1", "198.51.100.1") == (  # 4 of its requests wait: its share
         "⚠️ You already have 4 requests waiting in this server's queue: wait for one to be answered.")
     assert refused(door, FREE, "s1", "198.51.100.1") is None  # Stop passes every limit
-    assert refused(door, RUNS, "local", "127.0.0.1") is None  # and so does the server's own machine
+    assert refused(door, RUNS, "local", "127.0.0.1") is None  # the server's own machine: a visitor of its own
+    assert refused(door, "views", "local", "127.0.0.2") is None
     queue.event_queue_per_concurrency_id["views"].queue += [event("views", "203.0.113.2")] * 12  # 16 waiting
     assert refused(door, "views", "t1", "203.0.113.1") == "Queue is full. Max size is 16 and size is 16."
     assert refused(door, FREE, "t1", "203.0.113.1") is None  # Stop passes the full queue
@@ -262,3 +263,16 @@ def test_stop_through_the_client_ends_its_own_run_within_one_step_while_the_queu
         steps, after = map(int, re.search(r"Stopped after (\d+) steps\*\* \((\d+) after the click\)", final).groups())
         assert after <= 1 and steps < LONG["max_new_tokens"]
         assert all(q.result(timeout=120)[0].startswith("**Done**") for q in queued)  # the queue moved on
+
+
+def test_the_servers_own_machine_is_a_visitor_unless_the_operator_lifts_its_limits(door):
+    """A local probe with two loopback addresses sees what a Space's visitors see; ESP_APP_LOCAL_UNLIMITED=1
+    (the suite, a local load test) lifts the per-visitor limits for loopback callers only."""
+    for n in range(8):
+        assert refused(door, "views", f"l{n}", "127.0.0.1") is None
+    assert refused(door, "views", "l8", "127.0.0.1").startswith("⚠️ You already have 8 sessions open")
+    assert refused(door, "views", "m0", "127.0.0.2") is None  # another loopback address is another visitor
+    door.limits = dataclasses.replace(door.limits, local_unlimited=True)
+    assert refused(door, "views", "l8", "127.0.0.1") is None
+    assert refused(door, "views", "x8", "198.51.100.9") is None
+    assert Limits.from_env({"ESP_APP_LOCAL_UNLIMITED": "1"}).local_unlimited and not Limits.from_env({}).local_unlimited
