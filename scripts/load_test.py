@@ -52,7 +52,7 @@ def rss_mb(pid: int) -> float:
 
 def start_server(port: int) -> subprocess.Popen:
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False"}
+           "GRADIO_ANALYTICS_ENABLED": "False", "ESP_APP_LOCAL_UNLIMITED": "1"}  # its clients share one address
     return subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
