@@ -20,7 +20,7 @@ def at_depth(values: list[float], frac: float) -> tuple[int, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", help="esp.bench.run --align JSON files")
+    p.add_argument("runs", nargs="+", help="esp.bench --align JSON files")
     p.add_argument("--method", action="append", help="methods to show (default: every method with masks)")
     a = p.parse_args()
     cols = []
@@ -30,7 +30,7 @@ def main() -> None:
             if r.get("alignment") and (not a.method or m in a.method):
                 cols.append((f"{run['meta']['model'].split(' (')[0]} {m}", r["alignment"]))
     if not cols:
-        raise SystemExit("error: none of these runs has alignment results (run esp.bench.run with --align).")
+        raise SystemExit("error: none of these runs has alignment results (run esp.bench with --align).")
     print("| depth | " + " | ".join(c for c, _ in cols) + " |")
     print("|" + "---|" * (len(cols) + 1))
     for f in DEPTHS:

@@ -1,4 +1,4 @@
-"""The tables and the text figure of docs/BENCHMARKS.md, from esp.bench.run JSON results.
+"""The tables and the text figure of docs/BENCHMARKS.md, from esp.bench JSON results.
 
     python scripts/bench_page.py docs/results/ablation_q15.json --methods ar,hybrid:bc=60,hybrid:bc=auto
     python scripts/bench_page.py docs/results/auto26_dev.json docs/results/tau26_dev.json   # runs merged
@@ -52,7 +52,7 @@ def figure(runs: dict[str, dict], methods: list[str], overall: bool = False) -> 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", help="esp.bench.run --json files")
+    p.add_argument("runs", nargs="+", help="esp.bench --json files")
     p.add_argument("--figure", action="store_true", help="the text figure of tau per category instead of tables")
     p.add_argument("--overall", action="store_true", help="the figure's overall bars alone")
     p.add_argument("--methods", help="which methods, in this order (the figure's default: pld,tr,esp:k=1:bc=60,hybrid:bc=60)")

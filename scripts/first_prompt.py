@@ -10,7 +10,7 @@ at most `--limit` of them), interleaved: `model.generate(ids, max_new_tokens=N, 
 method, a drafter built for that prompt alone (`methods.build(spec)` then `Decoder.generate`), as an API
 user would. One warm-up generation of each on a question that is not measured (the last one of the
 file). With `--repeats R` every question runs R times, interleaved, and each one's tokens/s is its median
-run (as esp.bench.run does). The speed-up is Spec-Bench's ratio of means: mean tokens/s of the method over the
+run (as esp.bench does). The speed-up is Spec-Bench's ratio of means: mean tokens/s of the method over the
 mean of generate(); every output is judged against generate()'s tokens (esp.bench.verdict: exact, near-tie,
 failure; in float32 they must be exact). The cost curve and the calibration prior are what the process
 reads once (esp.budget.cost, esp.budget.prior), as for any caller.

@@ -8,7 +8,7 @@ Each method runs once, hot (`start=hot`, `prior=none`), over the questions in fi
 drafters learned is merged (counts add up per key) and written. By default the file goes where the code
 ships it (`esp/budget/priors/<model>.json`, read for that model by default); `--save` writes this machine's
 prior instead (the cache, read before the shipped one). Only the development split is read, and by
-default its first question of each category is skipped: those are the questions `esp.bench.run
+default its first question of each category is skipped: those are the questions `esp.bench
 --per-category 1` measures on, so a measured first prompt is never one the prior has seen.
 The shipped prior for the embedded model is regenerated with the defaults (about 5 minutes on 2 cores).
 """

@@ -1,4 +1,4 @@
-"""esp.bench.run: the oracle columns, the cold / hot protocols and transformers' generate() as a reference row."""
+"""esp.bench: the oracle columns, the cold / hot protocols and transformers' generate() as a reference row."""
 from __future__ import annotations
 
 import json
@@ -158,7 +158,7 @@ def _kill_after_first_question(argv: list[str], records) -> None:
 
     from conftest import ROOT
 
-    p = subprocess.Popen([sys.executable, "-m", "esp.bench.run", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "esp.bench", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
     try:
         deadline = time.monotonic() + 300

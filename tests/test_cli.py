@@ -20,17 +20,17 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--methods", "esp:k=9"], "k (mask tokens)"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--methods", "esp:depth=3"], "unknown setting"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be an integer or 'auto'"),
-    (["esp.bench.run", "--questions", "/nonexistent.jsonl"], "not found"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--per-category", "0"], "--per-category"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--repeats", "0"], "--repeats"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:k=9"], "k (mask tokens)"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:depth=3"], "unknown setting"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "esp:bc=ten"], "must be an integer or 'auto'"),
+    (["esp.bench", "--questions", "/nonexistent.jsonl"], "not found"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--per-category", "0"], "--per-category"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--repeats", "0"], "--repeats"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--k", "2", "--bc", "5"], "too small"),
     (["esp.generate", "--prompt", "hi", "--lam", "2"], "lambda"),
     (["esp.generate", "--prompt", "hi", "--model", "no such model"], "Unknown model"),
-    (["esp.bench.run", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of auto, float32, bfloat16, float16"),
+    (["esp.bench", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of auto, float32, bfloat16, float16"),
     (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
 ])
 def test_bad_arguments_exit_nonzero_with_one_line(args, needle):

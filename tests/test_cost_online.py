@@ -1,5 +1,5 @@
 """The cost model: no sweep inside a call, a prior learned from the run's own forwards, robust to load, bounded
-exploration, and the explicit sweep `esp.budget.calibrate` (on fake machines and the tiny model: no wall-clock
+exploration, and the explicit sweep `esp.calibrate` (on fake machines and the tiny model: no wall-clock
 assertions)."""
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_calibrate_pairs_each_width_with_a_one_row_forward_and_records_the_load(
     fed, forward = [], lm.forward
     monkeypatch.setattr(lm, "forward", lambda emb, *a: fed.append(emb.shape[-2]) or forward(emb, *a))
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (0.1, 0.2, 0.3))
-    curve = esp.budget.calibrate(lm, grid=(1, 2, 4), repeats=2)
+    curve = esp.calibrate(lm, grid=(1, 2, 4), repeats=2)
     # The prefill of the cache, a warm-up per width, then rounds: each width right after a one-row forward.
     assert fed == [cost.CONTEXT] + [1, 2, 4] + [1, 1, 1, 2, 1, 4] * 2
     saved = json.loads((empty_cache / "costs" / f"{cost.curve_key(lm)}.json").read_text())
@@ -133,7 +133,7 @@ def test_calibrate_pairs_each_width_with_a_one_row_forward_and_records_the_load(
 def test_a_curve_stored_under_load_is_a_weak_prior(tiny_lm, empty_cache, monkeypatch):
     lm = tiny_lm("llama")
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
-    assert esp.budget.calibrate(lm, grid=(1, 2), repeats=1).weight == cost.BUSY_WEIGHT
+    assert esp.calibrate(lm, grid=(1, 2), repeats=1).weight == cost.BUSY_WEIGHT
     path = empty_cache / "costs" / f"{cost.curve_key(lm)}.json"
     path.write_text(json.dumps({"q": [1, 2], "t": [1.0, 1.2]}))  # an older file: no record of its load
     monkeypatch.setattr(cost, "_CURVES", {})

@@ -29,7 +29,7 @@ def test_without_a_launcher_it_is_a_world_of_one(monkeypatch):
 
 def _bench(tmp_path, name: str, launcher: list[str], extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"{name}.json"
-    args = ["-m", "esp.bench.run", "--questions", str(tmp_path / "q.jsonl"), "--methods", "ar,pld,esp:k=1:bc=10",
+    args = ["-m", "esp.bench", "--questions", str(tmp_path / "q.jsonl"), "--methods", "ar,pld,esp:k=1:bc=10",
             "--max-new-tokens", "8", "--warmup", "0", "--turns", "first", "--json", str(out),
             "--markdown", str(tmp_path / f"{name}.md"), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -22,7 +22,7 @@ the choice. A drafter never times anything to get it, and no call of a caller's 
   falls linearly to zero with it; summed over a drafter's life the discounts come to at most
   EXPLORE * EXPLORE_N per knot, about knots * EXPLORE * EXPLORE_N steps' worth of rate (6 for GRID up
   to 64 rows), and none at all on a stored curve measured idle.
-- Sweep (`calibrate`, public as `esp.budget.calibrate`; `esp-bench --calibrate`, the app at start-up). It times
+- Sweep (`calibrate`, public as `esp.calibrate`; `esp-bench --calibrate`, the app at start-up). It times
   each width right after a one-row forward, a round per repeat, and keeps the median of those adjacent
   ratios: a change of machine speed during the sweep moves a width and its partner alike.
 
@@ -245,7 +245,7 @@ def curve_for(lm) -> CostCurve:
 def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
     """Time this machine's cost curve for `lm` now, store it for later processes and drafters, and return a
     copy: a blocking sweep of len(grid) x repeats pairs of forwards (seconds on a CPU), for callers who
-    ask for it before they serve (`esp.budget.calibrate` takes a Hugging Face model)."""
+    ask for it before they serve (`esp.calibrate` takes a Hugging Face model)."""
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # before the sweep loads the machine
     runs = samples(lm, grid, repeats=repeats)
     ratios = {q: [s / one for s, one in ps] for q, ps in runs.items()}
