@@ -49,7 +49,7 @@ import torch
 
 from esp.device import native_bf16
 from esp.models.timing import CONTEXT, GRID, samples, spread
-from esp.paths import cache_root
+from esp.paths import cache_root, write_atomic
 
 NOISE = 1.0  # a fall between neighbouring knots within this many times their summed spreads is noise
 LEVEL_RATE = 0.25  # share of a sample's log error that moves the whole curve (load moves every width alike)
@@ -261,13 +261,7 @@ def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
               "loadavg": [round(x, 2) for x in load] if load else None, "cpus": os.cpu_count(),
               "threads": torch.get_num_threads(), "repeats": repeats, "context": CONTEXT}
     path = cache_dir() / f"{key}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache: this process still uses the curve
+    write_atomic(path, json.dumps(record))  # a read-only cache: this process still uses the curve
     _CURVES[key] = stored(lm) or curve
     return _CURVES[key].copy()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import platform
 import re
 import statistics
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 
 from esp.device import NATIVE, cpu_flags, native_bf16
-from esp.paths import cache_root
+from esp.paths import cache_root, write_atomic
 
 FASTER = 1.1  # bfloat16 is kept only when the check finds it at least this much faster
 CHECK_ROWS = (1, 4)  # the check times forwards of these widths (a plain step and a small tree) ...
@@ -61,13 +60,7 @@ def pick(model, tokenizer, name: str) -> torch.dtype:
               "rows": list(CHECK_ROWS), "context": CHECK_CONTEXT, "cpu": cpu_name(),
               "flags": sorted(set(NATIVE) & cpu_flags()), "capability": torch.backends.cpu.get_cpu_capability(),
               "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache: the next load checks again
+    write_atomic(path, json.dumps(record))  # a read-only cache: the next load checks again
     return dtype
 
 
