@@ -47,7 +47,6 @@ class BatchDecoder:
         runs = [Run(dec, ids, batched=True) for dec, ids in zip(self.rows, prompts)]
         live = list(range(len(runs)))  # prompt index of each batch row
         cache = lm.new_cache()
-        filled = [0] * len(runs)  # per batch row: committed slots (= its tokens in the cache)
         timer = ForwardTimer(lm.device) if any(dec.time_forward for dec in self.rows) else None
         while live:
             start = time.perf_counter()
@@ -56,7 +55,7 @@ class BatchDecoder:
             for run in here:
                 run.begin(width)
             prefill = any(run.lead for run in here)
-            embeds, positions, mask = self._inputs(here, filled, cache.get_seq_length())
+            embeds, positions, mask = self._inputs(here, cache.get_seq_length())
             for run in here:
                 run.clock("forward")
             if timer is not None:
@@ -64,33 +63,33 @@ class BatchDecoder:
             hidden, _ = lm.forward(embeds, positions, mask, cache)
             logits = self._head(hidden, here)
             timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
-            kept: list[list[int]] = []
+            kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
             emitted = 0
             for b, (run, lg) in enumerate(zip(here, logits)):
-                trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, rows: kept.append(rows))
+                trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, rows: kept.append((past, rows)))
                 emitted += len(trace.emitted)
                 yield live[b], trace
-            _commit(cache, filled, kept, cache.get_seq_length() - hidden.shape[1])
+            _commit(cache, kept, cache.get_seq_length() - hidden.shape[1])
             if planner is not None and width is not None:
                 planner.observe(width, emitted, time.perf_counter() - start)
             keep = [b for b, run in enumerate(here) if not run.done]
             if len(keep) < len(here):
                 live = [live[b] for b in keep]
-                filled = [filled[b] for b in keep]
                 if live:
                     cache.batch_select_indices(torch.tensor(keep, device=lm.device))
-                    _truncate(cache, max(filled))
+                    _truncate(cache, max(runs[i].past for i in live))
 
-    def _inputs(self, runs: list[Run], filled: list[int], slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _inputs(self, runs: list[Run], slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, Q, H) embeddings, (B, Q) positions and the (B, 1, Q, slots + Q) additive mask, each row's
-        block padded to the widest (padding rows see nothing and are never read)."""
+        block padded to the widest (padding rows see nothing and are never read); a row sees its first
+        `run.past` slots, the tokens it has committed."""
         lm = self.lm
         q = max(run.width for run in runs)
         low = torch.finfo(lm.dtype).min
         embeds = torch.zeros(len(runs), q, lm.config.hidden_size, dtype=lm.dtype, device=lm.device)
         positions = torch.zeros(len(runs), q, dtype=torch.long, device=lm.device)
         mask = torch.full((len(runs), 1, q, slots + q), low, dtype=lm.dtype, device=lm.device)
-        seen = torch.arange(slots, device=lm.device)[None, :] < torch.tensor(filled, device=lm.device)[:, None]
+        seen = torch.arange(slots, device=lm.device)[None, :] < torch.tensor([run.past for run in runs], device=lm.device)[:, None]
         mask[:, 0, :, :slots].masked_fill_(seen[:, None, :], 0.0)
         for b, run in enumerate(runs):
             w = run.width
@@ -123,17 +122,16 @@ class BatchDecoder:
         return out
 
 
-def _commit(cache, filled: list[int], kept: list[list[int]], slots: int) -> None:
-    """Move each row's kept block rows (`kept[b]`, block-relative, increasing) to its next free slots, then
-    cut every layer to the longest row; `filled` is updated in place."""
+def _commit(cache, kept: list[tuple[int, list[int]]], slots: int) -> None:
+    """Move each row's kept block rows (`kept[b]`: the slots it had committed, and block-relative rows,
+    increasing; the block sits at `slots`) to its next free slots, then cut every layer to the longest row."""
     rows, dst, src = [], [], []
-    for b, keep in enumerate(kept):
+    for b, (past, keep) in enumerate(kept):
         for j, r in enumerate(keep):
-            if filled[b] + j != slots + r:
+            if past + j != slots + r:
                 rows.append(b)
-                dst.append(filled[b] + j)
+                dst.append(past + j)
                 src.append(slots + r)
-        filled[b] += len(keep)
     if rows:
         on: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # layers may sit on several GPUs
         for layer in cache.layers:
@@ -143,7 +141,7 @@ def _commit(cache, filled: list[int], kept: list[list[int]], slots: int) -> None
                     on[t.device] = tuple(torch.tensor(x, device=t.device) for x in (rows, dst, src))
                 r, d, s = on[t.device]
                 t[r, :, d] = t[r, :, s]
-    _truncate(cache, max(filled))
+    _truncate(cache, max(past + len(keep) for past, keep in kept))
 
 
 def _truncate(cache, slots: int) -> None:
