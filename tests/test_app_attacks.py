@@ -57,6 +57,14 @@ def answer(client: Client, api: str, **kwargs) -> str:
 
 
 def still_serving(client: Client) -> None:
+    """The server answers this session from its stored run (a render, no model call: a run after each probe
+    cost the suite a second each; test_a_run_still_decodes_after_every_probe runs one after all of them)."""
+    status = client.predict(0, api_name="/show_step")[0]
+    assert isinstance(status, str) and status and not status.startswith("⚠️"), status
+
+
+def test_a_run_still_decodes_after_every_probe(client):
+    """Runs after the probes above (pytest keeps a file's order)."""
     assert client.predict(prompt=PROMPT, api_name="/generate", **TINY)[0].startswith("**Done**")
 
 

@@ -209,9 +209,9 @@ def test_embedded_model_lossless(lm, mode):
     accepted = 0
     for q in qs:
         prompt = lm.chat_ids(q["turns"][0])
-        ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
+        ar = Decoder(lm, sampling=s, max_new_tokens=24).generate(prompt)
         for spec in ("pld", "stand", "lade"):
-            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=32).generate(prompt)
+            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=24).generate(prompt)
             assert run.tokens == ar.tokens, (q["category"], mode, spec)
             accepted += sum(len(st.accepted) for st in run.steps)
     assert accepted > 0

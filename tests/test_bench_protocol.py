@@ -171,9 +171,9 @@ def _kill_after_first_question(argv: list[str], records) -> None:
 
 
 def test_a_killed_run_started_again_writes_each_question_once_with_the_same_tokens(lm, tmp_path):
-    qs = _two_turn_and_one(2, 2)
+    qs = _two_turn_and_one(1, 2)
     qfile = _questions(tmp_path, qs)
-    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "24", "--warmup", "0"]
+    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "16", "--warmup", "0"]
     whole = tmp_path / "whole.json"
     bench.main(common + ["--json", str(whole)])
     answers, out = tmp_path / "answers", tmp_path / "resumed.json"
@@ -189,5 +189,5 @@ def test_a_killed_run_started_again_writes_each_question_once_with_the_same_toke
         assert [x["question_id"] for x in rows] == [q["question_id"] for q in qs]
     tokens = lambda path: [(r["method"], r["qid"], r["tokens"]) for r in json.loads(path.read_text())["records"]]  # noqa: E731
     assert tokens(out) == tokens(whole)
-    with pytest.raises(ESPError, match="holds a run with other arguments .*max_new_tokens 24 there, 16 here"):
-        bench.main(common[:-4] + ["--max-new-tokens", "16", "--warmup", "0", "--answers", str(answers)])
+    with pytest.raises(ESPError, match="holds a run with other arguments .*max_new_tokens 16 there, 12 here"):
+        bench.main(common[:-4] + ["--max-new-tokens", "12", "--warmup", "0", "--answers", str(answers)])

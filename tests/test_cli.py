@@ -33,7 +33,26 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["esp.bench", "--questions", str(QUESTIONS), "--dtype", "float8"], "--dtype must be one of auto, float32, bfloat16, float16"),
     (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
 ])
-def test_bad_arguments_exit_nonzero_with_one_line(args, needle):
+def test_bad_arguments_exit_nonzero_with_one_line(args, needle, capsys):
+    """In this process (each command's `main` through `run_main`, as `python -m` runs it), to keep the suite's
+    time; the next test runs two of them as real processes."""
+    import esp.generate
+    from esp.cli import run_main
+
+    main = {"esp.bench": bench.main, "esp.generate": esp.generate.main}[args[0]]
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: main(args[1:]))
+    assert e.value.code not in (0, None)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["esp.bench", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
+    (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
+])
+def test_bad_arguments_exit_nonzero_with_one_line_from_the_command(args, needle):
     r = _run(*args)
     assert r.returncode != 0
     lines = [x for x in r.stderr.splitlines() if x.strip()]

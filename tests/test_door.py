@@ -20,6 +20,7 @@ from gradio_client.utils import QueueError, Status
 
 from app_server import gpu_mode
 from components.limits import Limits
+from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from explorer.door import FREE, RUNS, Door, is_local, visitor
 
@@ -147,8 +148,10 @@ def test_a_visitor_opens_at_most_its_sessions_and_a_closed_one_frees_its_place(d
 def launched(monkeypatch, **limits) -> Iterator:
     """The app on a free port with LIMITS changed by `limits`; yields the launched demo."""
     import app
+    from explorer import worker
 
     monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, **limits))
+    monkeypatch.setattr(worker, "Decoder", Paced)
     with gpu_mode("local"):
         demo = app.queued(app.build_app())
         demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.launch_options())
@@ -156,6 +159,19 @@ def launched(monkeypatch, **limits) -> Iterator:
             yield demo
         finally:
             demo.close()
+
+
+class Paced(Decoder):
+    """The engine with a pause after each step, so that a LONG run holds the model for minutes whatever the
+    machine's speed (a fast one once finished it while the test still counted the hog's refusals)."""
+
+    def stream(self, ids):
+        for step in super().stream(ids):
+            yield step
+            time.sleep(PACE_S)
+
+
+PACE_S = 0.5  # a LONG run: >= 400 tokens / ~8 per step * 0.5 s; Stop is read between steps, so within one
 
 
 def client(demo, address: str) -> Client:

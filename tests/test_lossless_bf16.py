@@ -21,8 +21,8 @@ from esp.bench.verdict import EXACT, FAILURE, classify, tally
 METHODS = ("ar", "esp:k=2:bc=30", "pld", "stand", "lade", "hybrid:bc=30")
 
 
-def _verdicts(lm: LM, prompts: list[list[int]], specs, tokens: int, dtype: str) -> dict[str, dict]:
-    base = [Decoder(lm, max_new_tokens=tokens).generate(p) for p in prompts]
+def _verdicts(lm: LM, prompts: list[list[int]], specs, tokens: int, dtype: str, base=None) -> dict[str, dict]:
+    base = base or [Decoder(lm, max_new_tokens=tokens).generate(p) for p in prompts]
     out = {}
     for spec in specs:
         runs = [Decoder(lm, build(spec), max_new_tokens=tokens).generate(p) for p in prompts]
@@ -46,19 +46,27 @@ def prompts(lm_bf16):
     return [lm_bf16.chat_ids(q["turns"][0]) for q in spec_bench(1) if q["category"] in ("coding", "extraction")]
 
 
-def test_embedded_model_in_bf16_has_no_failure(lm_bf16, prompts):
+N = 16  # new tokens per run on the embedded model (bf16 is emulated, so slow, on a CPU without it)
+
+
+@pytest.fixture(scope="module")
+def alone(lm_bf16, prompts):
+    """Plain one-row bf16 decoding of each prompt: the reference of every test here."""
+    return [Decoder(lm_bf16, max_new_tokens=N).generate(p) for p in prompts]
+
+
+def test_embedded_model_in_bf16_has_no_failure(lm_bf16, prompts, alone):
     assert lm_bf16.dtype == torch.bfloat16
-    for spec, v in _verdicts(lm_bf16, prompts, METHODS, 24, "bfloat16").items():
+    for spec, v in _verdicts(lm_bf16, prompts, METHODS, N, "bfloat16", alone).items():
         assert v["failure"] == 0, (spec, v)
 
 
-def test_a_batch_in_bf16_has_no_failure_against_each_row_alone(lm_bf16, prompts):
+def test_a_batch_in_bf16_has_no_failure_against_each_row_alone(lm_bf16, prompts, alone):
     """Batched rows in bf16 against plain one-row decoding of each prompt: a batch forward rounds differently
     from a one-row one, so a flip is allowed only at a rounding near-tie, never a failure."""
-    base = [Decoder(lm_bf16, max_new_tokens=24).generate(p) for p in prompts]
     for spec in ("hybrid:bc=auto", "esp:k=2:bc=30"):
-        batch = BatchDecoder(lm_bf16, [build(spec) for _ in prompts], max_new_tokens=24).generate(prompts)
-        v = tally([classify(b.tokens, _top2(b), r.tokens, _top2(r), "bfloat16") for b, r in zip(base, batch)])
+        batch = BatchDecoder(lm_bf16, [build(spec) for _ in prompts], max_new_tokens=N).generate(prompts)
+        v = tally([classify(b.tokens, _top2(b), r.tokens, _top2(r), "bfloat16") for b, r in zip(alone, batch)])
         assert v["failure"] == 0, (spec, v)
 
 
@@ -77,11 +85,10 @@ def test_tiny_models_in_bf16_have_no_failure_and_float32_is_exact(tiny_lm, arch)
 
 # ---------------------------------------------------------------- injected faults
 
-def _fault_verdict(lm: LM, prompt: list[int], spec: str, patch) -> str:
-    ar = Decoder(lm, max_new_tokens=24).generate(prompt)
+def _fault_verdict(lm: LM, prompt: list[int], ar, spec: str, patch) -> str:
     with pytest.MonkeyPatch.context() as mp:
         patch(mp)
-        bad = Decoder(lm, build(spec), max_new_tokens=24).generate(prompt)
+        bad = Decoder(lm, build(spec), max_new_tokens=N).generate(prompt)
     return classify(ar.tokens, _top2(ar), bad.tokens, _top2(bad), "bfloat16").kind
 
 
@@ -105,6 +112,6 @@ def _shift_the_tree_mask(mp) -> None:
 
 
 @pytest.mark.parametrize("fault", [_commit_a_rejected_row, _shift_the_tree_mask])
-def test_injected_faults_are_failures_in_bf16(lm_bf16, prompts, fault):
-    kinds = [_fault_verdict(lm_bf16, p, "esp:k=2:bc=30", fault) for p in prompts]
+def test_injected_faults_are_failures_in_bf16(lm_bf16, prompts, alone, fault):
+    kinds = [_fault_verdict(lm_bf16, p, ar, "esp:k=2:bc=30", fault) for p, ar in zip(prompts, alone)]
     assert FAILURE in kinds and EXACT not in kinds, kinds
