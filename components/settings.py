@@ -10,10 +10,13 @@ from esp.errors import ESPError
 from esp.decoding.layout import BUILDERS
 from esp.sampling import Sampling
 
-__all__ = ["INITS", "KNOBS", "LAYOUTS", "MODES", "TREES", "RunSettings", "knob_reasons"]
+__all__ = ["DTYPES", "INITS", "KNOBS", "LAYOUTS", "MODES", "TREES", "RunSettings", "knob_reasons"]
 
 LAYOUTS = BUILDERS
 MODES = ("greedy", "sampling")
+# float32 (the default: exactly what plain decoding writes) or bfloat16 (faster where the CPU has it natively;
+# equal to plain bfloat16 decoding up to rounding ties, esp.bench.verdict).
+DTYPES = ("float32", "bfloat16")
 # The drafting knobs of the Run view, by the setting name methods register (esp.methods.Method.settings).
 KNOBS = ("k", "bc", "lam", "init", "tree")
 
@@ -43,6 +46,7 @@ class RunSettings:
     max_new_tokens: int = 64
     layouts: str = "efficient"
     method: str = "esp"
+    dtype: str = "float32"
 
     def __post_init__(self):
         # Sliders hand over floats; the engine wants ints where it counts.
@@ -57,6 +61,8 @@ class RunSettings:
             raise ESPError(f"max new tokens must be at least 1, not {self.max_new_tokens}.")
         if self.layouts not in LAYOUTS:
             raise ESPError(f"mask construction must be 'efficient' or 'naive', not {self.layouts!r}.")
+        if self.dtype not in DTYPES:
+            raise ESPError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}.")
         # spec() joins these into the method spec for every method: only the controls' choices, so that
         # no text can add a setting the page does not offer ("mean:top=100000").
         if self.init not in INITS:
@@ -94,9 +100,10 @@ class RunSettings:
         return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), seed=self.seed)
 
     def describe(self) -> str:
+        precision = "" if self.dtype == "float32" else f", {self.dtype}"
         if self.method != "esp":
-            return f"{self.drafter().describe()}, {self.mode}, {self.layouts} mask"
+            return f"{self.drafter().describe()}, {self.mode}, {self.layouts} mask{precision}"
         tree = self.esp_config()
         shape = f"dynamic N={tree.n_nodes}" if self.tree == "dynamic" else f"static shape {tree.static_shape}"
         return (f"k={self.k}, BC={self.bc} ({shape}, {tree.n_nodes} nodes), λ={float(self.lam):g}, "
-                f"init={self.init}, {self.mode}, {self.layouts} mask")
+                f"init={self.init}, {self.mode}, {self.layouts} mask{precision}")

@@ -61,9 +61,9 @@ _load_lock = threading.Lock()  # the startup warm-up and a first Run must not lo
 WHATIF_TOKENS = 2  # a what-if decodes the stored root again, then one step
 
 
-def load_model(name: str) -> LM:
-    with _load_lock:
-        return gpu.load_model(name)
+def load_model(name: str, dtype: str = "float32") -> LM:
+    with _load_lock:  # a bf16 copy too is made once, here, before the GPU call that uses it
+        return gpu.load_model(name, dtype)
 
 
 def call_seconds(lm: LM, new_tokens: int) -> float | None:
@@ -204,11 +204,12 @@ def export(session: Session | None, i: int | None) -> list[str]:
 # ---------------------------------------------------------------- controls
 
 def check_settings(k, bc, lam, init, tree, mode, temperature, top_p, seed, max_new_tokens, layouts,
-                   method="esp") -> str:
+                   method="esp", dtype="float32") -> str:
     """Live hint under the controls: what the settings mean, or why the engine would refuse them."""
     try:
         s = run_settings(k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode, temperature=temperature,
-                         top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method)
+                         top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, layouts=layouts, method=method,
+                         dtype=dtype)
     except ESPError as e:
         return f"⚠️ {md_text(e)}"
     note = " · `lastk` copies the chat template's last tokens, not your text." if s.init == "lastk" else ""
@@ -233,7 +234,7 @@ def prepare(prompt: str, name: str, **knobs) -> tuple[RunSettings, str, LM, list
     settings = RunSettings(**knobs)
     if not prompt.strip():
         raise ESPError("The prompt is empty: type some text or pick an example first.")
-    lm = load_model(name)
+    lm = load_model(name, settings.dtype)
     ids = lm.chat_ids(prompt)
     LIMITS.check_prompt(len(ids))
     Decoder(lm, max_new_tokens=settings.max_new_tokens).check_prompt(ids)
@@ -255,7 +256,7 @@ COMPARE_FIELDS = {name: field for name, field in RUN_FIELDS.items() if name != "
 def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
              init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
              top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-             method: str = "esp", session: Session | None = None) -> Iterator[tuple]:
+             method: str = "esp", dtype: str = "float32", session: Session | None = None) -> Iterator[tuple]:
     """Decode `prompt` with `method`, yielding (status, scrubber, *VIEWS, session) at most every
     UPDATE_S; the last yield holds the last step's full views. Stop ends the run after the step in
     progress. A refused input yields one message and leaves the page's views as they were."""
@@ -263,7 +264,8 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
     try:
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
-                                          max_new_tokens=max_new_tokens, layouts=layouts, method=method)
+                                          max_new_tokens=max_new_tokens, layouts=layouts, method=method,
+                                          dtype=dtype)
     except ESPError as e:
         yield refusal(str(e), outputs, "generate")
         return
@@ -326,15 +328,16 @@ def request_stop(session: Session | None) -> None:
 def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
            init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
            top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-           method: str = "esp", session: Session | None = None) -> tuple:
+           method: str = "esp", dtype: str = "float32", session: Session | None = None) -> tuple:
     """Re-run stored step `step` from the same committed prefix with the drafting settings given (the
-    run's own model, decoding rule and token limit); the stored run is left as it is.
+    run's own model, decoding rule and token limit; the dtype given, float32 by default); the stored run
+    is left as it is.
     Outputs: (comparison markdown, original tree, alternative tree)."""
     try:
         if session is None or not session.steps:
             raise ESPError("Nothing to re-run yet: press Run (or open a trace) first.")
         i = step or 0
-        settings = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, method=method)
+        settings = RunSettings(k=k, bc=bc, lam=lam, init=init, tree=tree, method=method, dtype=dtype)
         meta = session.meta
         if meta.get("model_name") is None or "prompt_ids" not in meta:
             raise ESPError("What-if needs the model that recorded this trace, and this file does not name one.")
@@ -344,7 +347,7 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
         if not 1 <= i < len(session.steps):
             raise ESPError(f"What-if re-runs a decoding step, 1 to {len(session.steps) - 1}: "
                            f"step {i} is {'the prefill' if i == 0 else 'not in this run'}.")
-        lm = load_model(name)
+        lm = load_model(name, settings.dtype)
         check_replay(lm, meta, session.steps[: i + 1])
         out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
                          meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
@@ -404,14 +407,14 @@ def _compare_plans(settings: RunSettings) -> list[tuple[str, str, dict | None]]:
 def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
             init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
-            layouts: str = "efficient") -> Iterator[tuple]:
+            layouts: str = "efficient", dtype: str = "float32") -> Iterator[tuple]:
     """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
     chart) as each finishes. The last column is each method's verdict against ar (esp.bench.verdict)."""
     try:
         LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
-                                          max_new_tokens=max_new_tokens, layouts=layouts)
+                                          max_new_tokens=max_new_tokens, layouts=layouts, dtype=dtype)
         plans = _compare_plans(settings)
     except ESPError as e:
         yield refusal(str(e), 3, "compare")

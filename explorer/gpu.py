@@ -2,7 +2,8 @@
 
 Three modes, read from the environment at each call:
 - **local**: no `spaces`, a CPU machine or a dedicated GPU: a GPU function is a plain call in this process,
-  and the model is loaded on the default device (CUDA in the engine's dtype, else the CPU in fp32).
+  and the model is loaded on the default device (CUDA in the engine's dtype, else the CPU in fp32, or in
+  bf16 for a visitor who picks it where the CPU computes bf16 natively: `bf16_missing`).
 - **zerogpu**: on a ZeroGPU Space (the platform sets SPACES_ZERO_GPU): `spaces.GPU` runs each call in a
   worker forked from the main process. The main process loads the model on the CPU and never touches
   CUDA; each call moves the model to the GPU itself (`on_device`).
@@ -10,12 +11,14 @@ Three modes, read from the environment at each call:
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
 
 import torch
 
+import esp.device
 from esp.models.lm import LM
 from esp.models.loader import default_device, load
 
@@ -72,12 +75,30 @@ def gpu(fn):
     return call
 
 
-def load_model(name: str) -> LM:
+def bf16_missing() -> str | None:
+    """Why this server does not offer bfloat16 runs (one sentence), or None where it does: where the model
+    runs on this machine's CPU and the CPU computes bfloat16 natively (elsewhere bf16 is emulated and slower
+    than float32). A GPU runs the model in its own dtype (`esp.models.loader.dtype_policy`), unchanged."""
+    if mode() != "local" or torch.cuda.is_available():
+        return "This server runs its model on a GPU in the GPU's own dtype: it offers no bfloat16 choice."
+    if not esp.device.native_bf16(esp.device.cpu_flags()):
+        return "This server does not offer bfloat16: its CPU does not compute it natively (float32 runs here)."
+    return None
+
+
+_BF16: dict[str, LM] = {}  # model name -> its one bfloat16 copy (names are the server's few models)
+
+
+def load_model(name: str, dtype: str = "float32") -> LM:
     """`name` (already checked against the server's limits), loaded once per process: on the default
-    device locally, on the CPU in fp32 under ZeroGPU (the main process must not touch CUDA)."""
-    if mode() == "local":
-        return load(name)
-    return load(name, device="cpu", dtype="float32")
+    device locally, on the CPU in fp32 under ZeroGPU (the main process must not touch CUDA). With `dtype`
+    "bfloat16" (offered only where `bf16_missing()` is None), one bfloat16 copy of it, made once and kept."""
+    lm = load(name) if mode() == "local" else load(name, device="cpu", dtype="float32")
+    if dtype != "bfloat16" or lm.dtype == torch.bfloat16:
+        return lm
+    if name not in _BF16:  # copied from the float32 weights: the same model, rounded once
+        _BF16[name] = LM(copy.deepcopy(lm.model).to(torch.bfloat16), lm.tokenizer, lm.name)
+    return _BF16[name]
 
 
 def enter_call() -> None:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from components.limits import Limits
-from components.settings import INITS, LAYOUTS, MODES, TREES, RunSettings
+from components.settings import DTYPES, INITS, LAYOUTS, MODES, TREES, RunSettings
 from esp import methods
 from esp.errors import ESPError
 
+from . import gpu
 from .session import HELD
 from .views import refusal, refusal_error
 
@@ -108,6 +109,18 @@ class Text:
         return value
 
 
+class Dtype(Choice):
+    """The run's dtype: one of `options`, bfloat16 only where this server offers it (`gpu.bf16_missing`,
+    asked at each request: the machine decides, not the page)."""
+
+    def parse(self, value: Any) -> str:
+        value = super().parse(value)
+        missing = gpu.bf16_missing() if value == "bfloat16" else None
+        if missing:
+            raise ESPError(missing)
+        return value
+
+
 Field = Number | Choice | Text
 
 # ---------------------------------------------------------------- every control of the page
@@ -131,10 +144,11 @@ PROMPT = Text("prompt", LIMITS.max_prompt_chars)
 STEP = Number("step", 0, MAX_STEP, whole=True, optional=True)
 FOCUS = Number("focus node", 0, MAX_STEP, whole=True, optional=True)
 SPEED = Number("steps / s", 0.25, 10, step=0.5, default=2.0)
+DTYPE = Dtype("dtype", DTYPES, "float32")
 # The drafting and decoding settings of a run, by RunSettings' names (the order of the page's controls).
 SETTINGS: dict[str, Field] = {"k": K, "bc": BC, "lam": LAM, "init": INIT, "tree": TREE, "mode": MODE,
                               "temperature": TEMPERATURE, "top_p": TOP_P, "seed": SEED, "max_new_tokens": MAX_NEW,
-                              "layouts": LAYOUT, "method": METHOD}
+                              "layouts": LAYOUT, "method": METHOD, "dtype": DTYPE}
 
 
 def run_settings(**raw: Any) -> RunSettings:

@@ -45,10 +45,11 @@ def _errors_as_data(fn: Callable) -> Callable:
     return call
 
 
-def _setup(model: str) -> tuple:
-    """The call's model on its device, and the run facts the main process keeps in its meta."""
+def _setup(model: str, dtype: str) -> tuple:
+    """The call's model (in the visitor's dtype, RunSettings.dtype) on its device, and the run facts the
+    main process keeps in its meta (the dtype the model really ran in among them)."""
     enter_call()
-    lm = on_device(load_model(model))
+    lm = on_device(load_model(model, dtype))
     return lm, {"device": device_label(lm), "dtype": str(lm.dtype).removeprefix("torch."),
                 "curve": curve_for(lm).to_dict()}
 
@@ -61,7 +62,7 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
     ends after the step in progress when `token` is set, or when its call's time is nearly out."""
     started = time.monotonic()
     try:
-        lm, meta = _setup(model)
+        lm, meta = _setup(model, settings.dtype)
         yield {"meta": meta}
         decoder = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, settings.layouts,
                           align=True)
@@ -84,7 +85,7 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
 def decode_once(model: str, ids: list[int], settings: RunSettings, spec: str, defaults: dict | None,
                 seconds: float | None = None) -> dict:
     """One method's whole run for Compare: summary, tokens, per-token top-2 and the run's dtype."""
-    lm, meta = _setup(model)
+    lm, meta = _setup(model, settings.dtype)
     gen = Decoder(lm, methods.build(spec, defaults), settings.sampling(), settings.max_new_tokens,
                   settings.layouts).generate(ids)
     return {"summary": gen.summary.to_dict(), "tokens": gen.tokens,
@@ -96,7 +97,7 @@ def decode_once(model: str, ids: list[int], settings: RunSettings, spec: str, de
 def rerun_step(model: str, settings: RunSettings, prompt_ids: list[int], steps: list[dict], i: int,
                sampling: dict, max_new_tokens: int, layouts: str, seconds: float | None = None) -> dict:
     """What-if: stored step `i` (steps: the run's first i + 1, as dicts) re-run with `settings`."""
-    lm, _ = _setup(model)
+    lm, _ = _setup(model, settings.dtype)
     alt = whatif_step(lm, settings.drafter(), prompt_ids, [StepTrace.from_dict(s) for s in steps], i,
                       Sampling(**sampling), max_new_tokens, layouts)
     return {"step": alt.to_dict()}

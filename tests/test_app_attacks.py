@@ -27,7 +27,7 @@ TINY = dict(k=2, bc=30, lam=0.1, max_new_tokens=4)
 # The values of /generate's inputs in order, as plain HTTP sends them (NaN and Infinity are JavaScript's
 # literals, which Python's JSON parser, and so the server, reads).
 RAW_GENERATE = ['"hi"', "2", "30", "0.1", '"embedded"', '"mean"', '"static"', '"greedy"', "0.7", "0.95", "0", "4",
-                '"efficient"', '"esp"']
+                '"efficient"', '"esp"', '"float32"']
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def private_event(url: str, name: str, data: list) -> list:
     ("clicked", [None, 0, {"a": 1}], 0, "The node click must be text"),
     ("show_step_2", [None, 0, "<b>1</b>"], 0, "focus node must be a number, not '<b>1</b>'."),
     ("open_shipped", ["../app", None], 0, "No recorded trace called '../app'."),
-    ("check_settings", [2, 1000, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 4, "efficient", "esp"], 0,
+    ("check_settings", [2, 1000, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 4, "efficient", "esp", "float32"], 0,
      "BC must be at most 120, not 1000."),
 ])
 def test_private_events_check_their_values_too(server, client, capfd, name, data, at, says):

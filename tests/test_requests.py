@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import plain
 from esp import methods
-from explorer import calls, lesson
+from explorer import calls, gpu as machine, lesson
 from explorer import requests as rq
 from explorer.session import HeldRuns, Session
 from explorer.views import VIEWS
@@ -52,6 +52,8 @@ def sent(field: rq.Field) -> st.SearchStrategy:
 
 def valid(field: rq.Field) -> st.SearchStrategy:
     """Values the page's control for `field` could send."""
+    if isinstance(field, rq.Dtype):  # bfloat16 only where this machine offers it (elsewhere its control is hidden)
+        return st.sampled_from([d for d in field.options if d != "bfloat16" or machine.bf16_missing() is None])
     if isinstance(field, rq.Number):
         return st.integers(int(field.low), int(field.high)) if field.whole else st.floats(field.low, field.high)
     if isinstance(field, rq.Choice):
@@ -90,6 +92,7 @@ def within_page(s, page) -> None:
     for label, value in (("Mask init", s.init), ("Tree", s.tree), ("Target decoding", s.mode),
                          ("Mask construction", s.layouts), ("Method", s.method)):
         assert value in [v for _, v in page[label].choices], (label, value)
+    assert s.dtype == "float32" or (page["Precision"].visible and machine.bf16_missing() is None)
     name, taken = methods.parse(s.spec())
     assert name == s.method and set(taken) <= {"k", "bc", "lam", "init", "tree"}
     assert all(taken[k] == getattr(s, k) for k in taken), taken

@@ -194,7 +194,7 @@ def test_shipped_traces_and_their_exports_still_open(tmp_path):
 def test_whatif_from_a_trace_applies_the_typed_prompt_caps(shown, monkeypatch):
     """A stored run whose prompt, token limit or ids are past the caps is refused before any model call."""
     monkeypatch.setattr(calls, "rerun_step", lambda *a, **kw: pytest.fail("the model was called"))
-    monkeypatch.setattr(calls, "load_model", lambda name: _FakeLM())
+    monkeypatch.setattr(calls, "load_model", lambda name, dtype="float32": _FakeLM())
     cases = [({"prompt_ids": [1] * 1500}, "takes at most 1024"), ({"max_new_tokens": 5000}, "at most 512 new tokens"),
              ({"prompt_ids": [1, 2, 60_000]}, "Token id 60000 is outside"),
              ({"model_name": "/tmp"}, "does not offer the model '/tmp'")]
