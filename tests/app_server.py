@@ -12,6 +12,13 @@ import pytest
 MODES = ["local", pytest.param("emulated", marks=pytest.mark.zerogpu)]
 
 
+def in_process_only(request, fixture: str, where: str) -> None:
+    """Skip the emulated copy of a test whose subject is the same wherever the GPU calls run (the suite's
+    time); `where` names the tests that cover its part in a worker."""
+    if request.node.callspec.params.get(fixture) == "emulated":
+        pytest.skip(f"in-process only; in a GPU worker: {where}")
+
+
 @contextmanager
 def gpu_mode(mode: str) -> Iterator[None]:
     """Run the app's GPU functions in `mode` ('local' or 'emulated') inside the block; under the

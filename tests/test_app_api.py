@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from app_server import MODES, serve
+from app_server import MODES, in_process_only, serve
 from components.text_view import BONUS, DRAFT_LABELS
 
 PROMPT = "Count from 1 to 10."
@@ -170,8 +170,10 @@ def _rss_mb() -> float:
     raise RuntimeError("no VmRSS")
 
 
-def test_ten_sessions_at_once_and_memory_stays_flat(client, lm):
+def test_ten_sessions_at_once_and_memory_stays_flat(client, lm, request):
     from esp.decoding.engine import Decoder
+
+    in_process_only(request, "client", "tests/test_zerogpu.py (runs in workers)")
 
     url = client.src
     clients = [Client(url, verbose=False) for _ in range(10)]

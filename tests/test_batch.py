@@ -63,7 +63,7 @@ def alone(hf):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_row_of_a_batch_gets_the_tokens_greedy_gives_it_alone(hf, alone, method):
     model, tok = hf
-    rows = alone[:4]
+    rows = alone[:3]  # three prompts of different lengths
     got = esp.decode(model, tok, [ids for ids, _ in rows], method=method, max_new_tokens=N)
     assert isinstance(got, list) and len(got) == len(rows)
     for r, (ids, ref) in zip(got, rows):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app_server import MODES, serve
+from app_server import MODES, in_process_only, serve
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
@@ -73,8 +73,10 @@ def probe_s(page) -> float:
     return time.monotonic() - t0
 
 
-def test_run_scrub_and_go_to_step(page, tmp_path):
+def test_run_scrub_and_go_to_step(page, tmp_path, request):
     from playwright.sync_api import expect
+
+    in_process_only(request, "page", "the stop test below, tests/test_app_api.py")
 
     # A recorded run is on screen as soon as the page opens, with no model involved.
     expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
@@ -150,9 +152,7 @@ COPY = "Fix the typo in this sentence and write it again: The cat sat on teh mat
 def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path, request):
     from playwright.sync_api import expect
 
-    if request.node.callspec.params["page"] == "emulated":
-        # The page is the same in both modes; what-if and an opened trace in a worker: tests/test_zerogpu.py.
-        pytest.skip("in-process only, to keep the suite's time")
+    in_process_only(request, "page", "tests/test_zerogpu.py (what-if, an opened trace)")
 
     status = page.locator("#status")
     page.locator("#prompt textarea").fill(COPY)

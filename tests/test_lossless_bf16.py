@@ -57,14 +57,15 @@ def alone(lm_bf16, prompts):
 
 def test_embedded_model_in_bf16_has_no_failure(lm_bf16, prompts, alone):
     assert lm_bf16.dtype == torch.bfloat16
-    for spec, v in _verdicts(lm_bf16, prompts, METHODS, N, "bfloat16", alone).items():
+    # The tree, a lookup and the hybrid here; every method on the tiny models below (bf16 is emulated here).
+    for spec, v in _verdicts(lm_bf16, prompts, ("esp:k=2:bc=30", "lade", "hybrid:bc=30"), N, "bfloat16", alone).items():
         assert v["failure"] == 0, (spec, v)
 
 
 def test_a_batch_in_bf16_has_no_failure_against_each_row_alone(lm_bf16, prompts, alone):
     """Batched rows in bf16 against plain one-row decoding of each prompt: a batch forward rounds differently
     from a one-row one, so a flip is allowed only at a rounding near-tie, never a failure."""
-    for spec in ("hybrid:bc=auto", "esp:k=2:bc=30"):
+    for spec in ("hybrid:bc=auto",):  # the tree method's batch rows: test_embedded_model_in_bf16_has_no_failure's
         batch = BatchDecoder(lm_bf16, [build(spec) for _ in prompts], max_new_tokens=N).generate(prompts)
         v = tally([classify(b.tokens, _top2(b), r.tokens, _top2(r), "bfloat16") for b, r in zip(alone, batch)])
         assert v["failure"] == 0, (spec, v)
