@@ -12,7 +12,7 @@ from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
 from esp.decoding.drafter import Context
 from esp.drafters.hybrid import HybridDrafter
-from esp.drafters.pld import continuations
+from esp.drafters.pld import NgramIndex
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
@@ -138,12 +138,20 @@ def _continuations_by_hand(text: list[int], max_n: int, draft: int, limit: int,
     return [(found[s], hay[s : s + draft]) for s in order]
 
 
-def test_lookup_continuations_are_the_longest_and_most_recent_matches():
+def test_lookup_continuations_are_the_longest_and_most_recent_matches_at_every_length():
+    """The hybrid's n-gram index, grown a few tokens at a time as the engine grows the text, against the
+    search by hand over the whole text after every growth."""
     g = torch.Generator().manual_seed(0)
-    for i in range(200):
-        text = torch.randint(0, 2 + i % 4, (1 + i % 50,), generator=g)
-        args = (1 + i % 8, 1 + i % 5, 1 + i % 6)
-        assert continuations(text, *args) == _continuations_by_hand(text.tolist(), *args)
+    for i in range(60):
+        text = torch.randint(0, 2 + i % 4, (1 + i % 50 + 30,), generator=g).tolist()
+        max_n, draft, limit = 1 + i % 8, 1 + i % 5, 1 + i % 6
+        index, grown = NgramIndex(max_n), text[:1]
+        while True:
+            index.extend(grown)
+            assert index.continuations(grown, draft, limit) == _continuations_by_hand(grown, max_n, draft, limit)
+            if len(grown) == len(text):
+                break
+            grown.extend(text[len(grown) : len(grown) + 1 + i % 3])
 
 
 def test_lookup_continuations_into_other_text_match_the_running_text_suffix():
@@ -151,8 +159,10 @@ def test_lookup_continuations_into_other_text_match_the_running_text_suffix():
     for i in range(200):
         text = torch.randint(0, 2 + i % 4, (1 + i % 30,), generator=g).tolist()
         other = torch.randint(0, 2 + i % 4, (i % 40,), generator=g).tolist()
-        args = (1 + i % 8, 1 + i % 5, 1 + i % 6)
-        assert continuations(text, *args, within=other) == _continuations_by_hand(text, *args, within=other)
+        max_n, draft, limit = 1 + i % 8, 1 + i % 5, 1 + i % 6
+        index = NgramIndex(max_n)
+        index.extend(other)
+        assert index.continuations(text, draft, limit) == _continuations_by_hand(text, max_n, draft, limit, within=other)
 
 
 def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):

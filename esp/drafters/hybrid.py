@@ -52,7 +52,7 @@ from esp.trace import ESP, LOOKUP, SOURCES, TABLE
 from esp.decoding.tree import DraftTree
 from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 from esp.drafters.esp import INITS, MaskEmbedding
-from esp.drafters.pld import continuations
+from esp.drafters.pld import NgramIndex
 from esp.drafters.stand import NGramTable
 
 AUTO = "auto"
@@ -169,6 +169,12 @@ class HybridDrafter(Drafter):
         else:
             self.history = np.concatenate([self.history, np.asarray(self.text, dtype=np.int64)])[-HISTORY:]
         self.text = ctx.tokens  # the engine extends this list as the prompt's output grows
+        if LOOKUP in self.sources:  # n-gram indexes, so that a step's lookup costs the same at any length
+            self.index = NgramIndex(self.match)
+            self.history_index = None
+            if self.history.size:
+                self.history_index = NgramIndex(self.match)
+                self.history_index.extend(self.history.tolist())
         self.guard = None  # this prompt's back-off: in a batch, the batch budget backs off for all rows
         if self.bc == AUTO and not ctx.batched:
             if self.backoff is None:
@@ -249,12 +255,12 @@ class HybridDrafter(Drafter):
         tree = DraftTree([root], [-1], [1.0], [1.0], sources=[()], p=[1.0])
         paths: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         if LOOKUP in self.sources:
-            text = np.asarray(ctx.tokens, dtype=np.int64)
-            found = continuations(text, self.match, self.draft, 4)
-            if self.history.size:
+            self.index.extend(ctx.tokens)
+            found = self.index.continuations(ctx.tokens, self.draft, 4)
+            if self.history_index is not None:
                 # Copies from other text get a score of their own (-n): a match into an earlier prompt
                 # (the same chat template, say) predicts less than one into this prompt.
-                found += [(-n, c) for n, c in continuations(text, self.match, self.draft, HISTORY_MATCHES, self.history)]
+                found += [(-n, c) for n, c in self.history_index.continuations(ctx.tokens, self.draft, HISTORY_MATCHES)]
             for n, cont in found:
                 for d, tok in enumerate(cont):
                     paths.setdefault(tuple(cont[:d]), []).append((tok, n))

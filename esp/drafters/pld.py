@@ -1,7 +1,6 @@
 """PLD (prompt lookup decoding): copy what followed an earlier occurrence of the text's last n-gram."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from esp.errors import ESPError
@@ -67,34 +66,26 @@ class NgramIndex:
                 return text[start : start + draft]
         return []
 
+    def continuations(self, suffix: list[int], draft: int, limit: int) -> list[tuple[int, list[int]]]:
+        """Up to `limit` (match length, next `draft` tokens) after occurrences in the indexed text of the last
+        tokens of `suffix` (the indexed text itself, or other text such as the running prompt when this
+        indexes earlier ones).
 
-def continuations(tokens, max_ngram: int, draft: int, limit: int, within=None) -> list[tuple[int, list[int]]]:
-    """Up to `limit` (match length, next `draft` tokens) after earlier occurrences of the text's suffix.
-
-    Longest matches first, the most recent occurrence first among equals; each earlier position is
-    reported once, with the longest suffix (up to `max_ngram`) it matches. The occurrences are searched
-    in `tokens` itself, or in `within` (other text, such as earlier prompts) when given. Both are host
-    data (lists or arrays), searched with numpy: nothing here is read back from a device.
-    """
-    tokens = np.asarray(tokens, dtype=np.int64)
-    hay = tokens if within is None else np.asarray(within, dtype=np.int64)
-    length, size = tokens.size, hay.size
-    m = min(max_ngram, length - 1 if within is None else length)
-    if m < 1 or size < 2:
-        return []
-    # Only a start s after a copy of the last token can match at all (and, in the text itself, before
-    # its end). For each, compare the j-th token before s with the suffix's j-th from the end; the match
-    # length is the run of equal pairs from j = 0.
-    starts = np.flatnonzero(hay[: size - 1] == tokens[-1]) + 1
-    if not starts.size:
-        return []
-    j = np.arange(m)[:, None]
-    before = starts - 1 - j
-    same = (hay[np.maximum(before, 0)] == tokens[length - 1 - j]) & (before >= 0)
-    matched = same.astype(np.int64).cumprod(0).sum(0)
-    keys = matched * size + starts
-    best = -np.sort(-keys)[:limit]  # every key holds a match of at least one token
-    return [(int(key) // size, hay[key % size : key % size + draft].tolist()) for key in best]
+        Longest matches first (up to max_ngram), the most recent occurrence first among equals; each
+        position is reported once, with the longest suffix it matches. An occurrence with nothing after it
+        (the suffix itself, in its own text) is none. The cost is max_ngram x `limit` lookups at any length."""
+        text, size = self.text, len(self.text)
+        found: list[tuple[int, list[int]]] = []
+        seen: set[int] = set()
+        for n in range(min(self.max_ngram, len(suffix)), 0, -1):
+            for start in reversed(self.starts[n].get(tuple(suffix[len(suffix) - n :]), ())):
+                s = start + n  # where the continuation starts; a longer match at s was reported above
+                if s < size and s not in seen:
+                    seen.add(s)
+                    found.append((n, text[s : s + draft]))
+                    if len(found) == limit:
+                        return found
+        return found
 
 
 class PLDDrafter(Drafter):
