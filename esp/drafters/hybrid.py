@@ -11,7 +11,8 @@ distributions, merged into one calibrated tree whose width is chosen every step 
 - Merge. Candidates form one trie keyed by token path: a token proposed by several sources is one node,
   marked with all of them.
 - Calibration. A candidate's conditional P(accept) comes from `Calibrator`, keyed by its sources, depth,
-  each source's score band and its rank; a node's P is the product along its path. Labels are free:
+  each source's score band and its rank (a lookup candidate's also by whether the last step's accepted
+  path ended on a lookup node: a copy that holds tends to hold on); a node's P is the product along its path. Labels are free:
   after the forward, the target's choice after every fed node is known, so every candidate child of
   every fed node (fed or not) is labelled.
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
