@@ -17,6 +17,7 @@ from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
+from esp.trace import ACCEPTED, LOOKUP
 
 FLAT = CostCurve([1, 128], [1.0, 1.0])  # a GPU-like machine: any width up to 128 rows costs one forward
 
@@ -199,6 +200,38 @@ def test_fed_nodes_label_all_their_candidates(tiny_lm):
     run = Decoder(lm, d, max_new_tokens=12).generate(_prompt(1, lm.vocab_size))
     fed = sum(len(s.nodes) for s in run.steps)
     assert d.calibrator.seen > fed  # several candidates per fed node, fed or not
+
+
+
+def test_a_lookup_nodes_key_separates_a_continuing_copy_from_a_fresh_one(tiny_lm):
+    """A lookup candidate's finest key says whether the last step's accepted path ended on a lookup node
+    (the copy holding on), so the two learn apart while sharing every coarser key."""
+    lm = tiny_lm("llama")
+    marks = []
+
+    class Spy(HybridDrafter):
+        def propose(self, ctx, rows=None):
+            out = super().propose(ctx, rows)
+            marks.append({c.keys[4][-1] for cs in self.cands.values() for c in cs if LOOKUP in c.sources})
+            return out
+
+    d = Spy(bc=16, sources=("lookup",), curve=FLAT, prior="none")
+    run = Decoder(lm, d, max_new_tokens=32).generate(_prompt(3, lm.vocab_size))
+    held = [False]  # per step: did the previous step accept a path that ends on a lookup node?
+    for s in run.steps[:-1]:
+        ends = [n for n in s.nodes if n.status == ACCEPTED]
+        held.append(bool(ends) and LOOKUP in max(ends, key=lambda n: n.depth).sources)
+    assert all(m <= {h} for m, h in zip(marks, held))
+    assert {True, False} <= {h for m, h in zip(marks, held) if m}  # both cases were drafted
+    by = {LOOKUP: (4, 0)}
+    d.live = True
+    _, chain, _ = d._calibrated(by, 2)
+    d.live = False
+    _, fresh, _ = d._calibrated(by, 2)
+    assert chain[:-1] == fresh[:-1] and chain[-1] != fresh[-1]
+    d.calibrator.update(chain, 8, 8)
+    d.calibrator.update(fresh, 0, 8)
+    assert d.calibrator.p(chain) > 0.5 > d.calibrator.p(fresh)
 
 
 # ---------------------------------------------------------------- the engine with budgets

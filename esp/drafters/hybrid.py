@@ -11,7 +11,8 @@ distributions, merged into one calibrated tree whose width is chosen every step 
 - Merge. Candidates form one trie keyed by token path: a token proposed by several sources is one node,
   marked with all of them.
 - Calibration. A candidate's conditional P(accept) comes from `Calibrator`, keyed by its sources, depth,
-  each source's score band and its rank; a node's P is the product along its path. Labels are free:
+  each source's score band and its rank (a lookup candidate's also by whether the last step's accepted
+  path ended on a lookup node: a copy that holds tends to hold on); a node's P is the product along its path. Labels are free:
   after the forward, the target's choice after every fed node is known, so every candidate child of
   every fed node (fed or not) is labelled.
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
@@ -191,6 +192,7 @@ class HybridDrafter(Drafter):
         self.resting = False
         self.choice = None
         self.since_esp = 0  # steps since ESP drafts were last available
+        self.live = False  # the last step's accepted path ended on a lookup node: its copy still holds
 
     # ------------------------------------------------------------------ drafting
 
@@ -333,6 +335,12 @@ class HybridDrafter(Drafter):
             rank = min(v[1] for v in by.values())
         # Score before depth: a 6-token copy match predicts acceptance at every depth of its chain.
         keys = ((srcs,), (srcs, scores), (srcs, scores, d), (srcs, scores, d, rank))
+        if LOOKUP in srcs:
+            # Chain-aware: a copy whose drafts were accepted up to the last step's end tends to hold on, which
+            # a product of pooled conditionals misses. Every lookup node's ancestors are the same copy's (lookup
+            # proposals are keyed by their whole path), so the chain's parent that varies is the root's: the
+            # last accepted node. Finest level: the prior's coarser keys stay usable.
+            keys += ((srcs, scores, d, rank, self.live),)
         return srcs, keys, self.calibrator.p(keys)
 
     def _mask_value(self, k: int) -> float:
@@ -403,6 +411,7 @@ class HybridDrafter(Drafter):
             self.reliability[1] += best[0].cond
         if TABLE in self.sources:
             self._harvest(ctx, res, top_t, top_p)
+        self.live = len(res.path) > 1 and bool(tree.sources) and LOOKUP in tree.sources[res.path[-1]]
         if self.esp_top is not None and tree.sources:
             # What ESP added: without its first ESP-only node on the accepted path, the path would have
             # stopped there (that token becoming the bonus), so every token accepted from it on is owed to
@@ -442,7 +451,7 @@ class HybridDrafter(Drafter):
         if self.mask:
             self.mask.update(ctx.lm, res.emitted)
             self.since_esp += 1
-        self.esp_top = None
+        self.esp_top, self.live = None, False
         for r, secs in res.timed:
             self.curve.observe(r, secs)
         return Notes(cost={"budget": self.bc, "rows": 1, "cap": self.cap, "mode": "plain", "expected_tokens": 1.0,
