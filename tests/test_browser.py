@@ -24,11 +24,14 @@ HANG_MS = 60_000  # the page has hung if a trivial script or an expected update 
 @pytest.fixture(scope="module", params=MODES)
 def page(lm, request):
     sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
 
     with serve(request.param) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(url)
+        # Every test starts from a loaded page: a recorded run is on screen as soon as it opens, no model involved.
+        expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
         yield page
         browser.close()
 
@@ -73,13 +76,9 @@ def probe_s(page) -> float:
     return time.monotonic() - t0
 
 
-def test_run_scrub_and_go_to_step(page, tmp_path, request):
+def test_run_scrub_and_go_to_step(page, tmp_path):
     from playwright.sync_api import expect
 
-    in_process_only(request, "page", "the stop test below, tests/test_app_api.py")
-
-    # A recorded run is on screen as soon as the page opens, with no model involved.
-    expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
     expect(page.locator("#tree-plot .gtitle")).to_contain_text("step")
     expect(page.locator("#method input")).to_have_value("hybrid")  # the controls show the recorded run's method
     page.locator("#prompt textarea").fill("Count from 1 to 10, separated by commas.")
@@ -129,6 +128,7 @@ def test_stop_ends_the_run_within_one_step_and_the_page_stays_responsive(page):
     from playwright.sync_api import expect
 
     page.locator("#prompt textarea").fill("Write a long story about a robot who learns to paint.")
+    choose(page, "method", "esp")  # not the opened trace's hybrid, whose copies can finish 300 tokens before the click
     settings(page, 1, 60, 300)
     page.locator("#run").click()
     status = page.locator("#status")

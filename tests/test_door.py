@@ -162,16 +162,17 @@ def launched(monkeypatch, **limits) -> Iterator:
 
 
 class Paced(Decoder):
-    """The engine with a pause after each step, so that a LONG run holds the model for minutes whatever the
-    machine's speed (a fast one once finished it while the test still counted the hog's refusals)."""
+    """The engine with a pause after each step, as long as the tokens it emitted, so that a LONG run holds the
+    model for minutes whatever the machine's speed and the drafts' length (a fast run once finished it while
+    the test still counted the hog's refusals). Stop is read between steps, so it still ends within one."""
 
     def stream(self, ids):
         for step in super().stream(ids):
             yield step
-            time.sleep(PACE_S)
+            time.sleep(PACE_S * max(len(step.emitted), 1))
 
 
-PACE_S = 0.5  # a LONG run: >= 400 tokens / ~8 per step * 0.5 s; Stop is read between steps, so within one
+PACE_S = 0.25  # per emitted token: a LONG run of 400 tokens takes at least 100 s
 
 
 def client(demo, address: str) -> Client:
@@ -187,6 +188,14 @@ def started(job, timeout: float = 120) -> None:
         assert not job.done(), job.exception()
         time.sleep(0.05)
     assert job.outputs(), "the run never started"
+
+
+def queued(job, timeout: float = 30) -> None:
+    """Wait until the server has `job` in its queue (or running)."""
+    deadline = time.monotonic() + timeout
+    while job.status().code not in (Status.IN_QUEUE, Status.PROCESSING) and time.monotonic() < deadline:
+        assert not job.done(), job.exception()
+        time.sleep(0.05)
 
 
 def refusal_of(job) -> str:
@@ -206,6 +215,7 @@ def test_one_address_with_20_sessions_holds_its_share_and_a_second_address_gets_
         first = hog[0].submit(prompt=COUNTING, api_name="/generate", **LONG)
         started(first)  # the model is busy with the hog's first run
         second = hog[1].submit(prompt=PROMPT, api_name="/generate", **TINY)  # its second: queued
+        queued(second)  # submit returns before the join reaches the server: count it only once it has
         lines = [refusal_of(c.submit(prompt=PROMPT, api_name="/generate", **TINY)) for c in hog[2:]]
         assert set(lines) == {f"⚠️ You already have {limits.visitor_runs} runs queued or running on this server: "
                               "wait for one to end or stop it."}
@@ -216,10 +226,7 @@ def test_one_address_with_20_sessions_holds_its_share_and_a_second_address_gets_
         # The second address is served as before: its run is queued, not refused, and finishes.
         other = client(demo, "203.0.113.9")
         theirs = other.submit(prompt=PROMPT, api_name="/generate", **TINY)
-        deadline = time.monotonic() + 30
-        while theirs.status().code not in (Status.IN_QUEUE, Status.PROCESSING) and time.monotonic() < deadline:
-            assert not theirs.done(), theirs.exception()
-            time.sleep(0.05)
+        queued(theirs)
         hog[0].predict(api_name="/stop")
         assert first.result(timeout=120)[0].startswith("**Stopped after")
         assert second.result(timeout=120)[0].startswith("**Done**")
