@@ -43,6 +43,7 @@ from esp.bench.run import load_questions  # noqa: E402
 from esp.cli import add_model_args, load_model  # noqa: E402
 from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
+from esp.decoding.verify import ranked  # noqa: E402
 from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, classify, dtype_name  # noqa: E402
 
 FIRST_CALL = "hybrid:bc=auto"
@@ -55,9 +56,7 @@ def hf_greedy(model, ids: list[int], n: int, eos: list[int] | None, pad: int | N
     out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, eos_token_id=eos,
                          pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
     secs = time.perf_counter() - t
-    vals, top = torch.stack(out.logits)[:, 0].float().topk(2, -1)
-    top2 = [[a, x, b, y] for (a, b), (x, y) in zip(top.tolist(), vals.tolist())]
-    return out.sequences[0, len(ids):].tolist(), top2, secs
+    return out.sequences[0, len(ids):].tolist(), ranked(torch.stack(out.logits)[:, 0]), secs
 
 
 def fresh(lm, spec: str, ids: list[int], n: int) -> tuple[list[int], list[list], float]:

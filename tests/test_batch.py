@@ -245,7 +245,7 @@ def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_pa
     ids = [json.loads(line)["question_id"] for line in QUESTIONS.read_text().splitlines()[:3]]
     out = tmp_path / "batch.json"
     bench.main(["--questions", str(QUESTIONS), "--ids", ",".join(map(str, ids)), "--methods", "hybrid:bc=auto",
-                "--batch", "2", "--max-new-tokens", "8", "--json", str(out)])
+                "--batch", "2", "--max-new-tokens", "8", "--dtype", "float32", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| 2 | generate() |" in printed and "| 2 | hybrid:bc=auto |" in printed and "| 2 | ar |" in printed
     (run,) = json.loads(out.read_text())["runs"]

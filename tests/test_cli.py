@@ -65,7 +65,7 @@ def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
     qfile.write_text("\n".join(json.dumps(q) for q in picked))
     out = tmp_path / "r.json"
     bench.main(["--questions", str(qfile), "--methods", "ar,esp:k=1:bc=10", "--max-new-tokens", "16",
-                "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / "t.md")])
+                "--warmup", "0", "--dtype", "float32", "--json", str(out), "--markdown", str(tmp_path / "t.md")])
     res = json.loads(out.read_text())["results"]
     assert set(res) == {"ar", "esp:k=1:bc=10"}
     for m, r in res.items():

@@ -59,3 +59,13 @@ def test_three_way_tie_is_a_near_tie_when_recorded():
     v = classify([18], [ar], [1653], [m], "bfloat16")
     assert v.kind == NEAR_TIE and v.gap == pytest.approx(1.0)
     assert classify([18], [ar[:4]], [1653], [m[:4]], "bfloat16").kind == FAILURE
+
+
+def test_an_exact_tie_recorded_in_either_order_is_a_near_tie():
+    # generate()'s argmax takes the lower id of two equal logits; a top-k may list the other first
+    ref = [957, 17.75, 253, 17.75, 351, 16.5]
+    ours = [957, 17.75, 253, 17.625, 351, 16.5]
+    v = classify([253], [ref], [957], [ours], "bfloat16")
+    assert v.kind == NEAR_TIE and v.gap == pytest.approx(1.0)
+    # a token recorded but not the row's best cannot have been its choice
+    assert classify([253], [[957, 17.75, 253, 17.5]], [957], [ours], "bfloat16").kind == FAILURE

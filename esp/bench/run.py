@@ -37,6 +37,7 @@ from esp.methods import build, parse
 from esp.bench.oracle import oracle_width, price
 from esp.bench.shard import Shard, start
 from esp.decoding.timer import Phases
+from esp.decoding.verify import ranked
 from esp.trace import StepTrace
 from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
 
@@ -371,7 +372,7 @@ def widths(steps: list[StepTrace]) -> dict:
 
 def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[list], float]:
     """transformers' own greedy decoding, the ground truth for losslessness: its tokens, per token the
-    top-2 [id1, logit1, id2, logit2] of the logits that chose it (for esp.bench.verdict), and the seconds of the
+    best [id1, logit1, id2, logit2, ...] of the logits that chose it, its choice first (for esp.bench.verdict), and the seconds of the
     `generate` call alone (a device sync at each end)."""
     import torch
 
@@ -380,9 +381,7 @@ def reference(lm, ids: list[int], max_new_tokens: int) -> tuple[list[int], list[
     out = lm.model.generate(torch.tensor([ids], device=lm.device), max_new_tokens=max_new_tokens, do_sample=False,
                             output_logits=True, return_dict_in_generate=True)
     seconds = clock.now() - t0
-    vals, top = torch.stack(out.logits)[:, 0].float().topk(2, -1)
-    top2 = [[a, x, b, y] for (a, b), (x, y) in zip(top.tolist(), vals.tolist())]
-    return out.sequences[0, len(ids):].tolist(), top2, seconds
+    return out.sequences[0, len(ids):].tolist(), ranked(torch.stack(out.logits)[:, 0]), seconds
 
 
 def protocol_line(default: str, protocols: dict[str, str]) -> str:

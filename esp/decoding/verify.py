@@ -26,8 +26,7 @@ def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> 
     path is known, so reading all rows at once is cheaper than a device round trip per accepted depth.
     The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU.
     """
-    vals, ids = top_k(logits, min(TOP_K, logits.shape[-1]))
-    rows = torch.cat([ids.to(vals.dtype), vals], 1).tolist()  # ids are exact in float32 below 2^24
+    rows = _top_rows(logits)
     children: dict[int, dict[int, int]] = {}
     for i, p in enumerate(tree.parents[1:], 1):
         children.setdefault(p, {})[tree.tokens[i]] = i
@@ -47,6 +46,18 @@ def verify(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) ->
     """Accepted node indices (root first) and the bonus token (see `check`)."""
     v = check(tree, logits, root_pos, s)
     return v.path, v.bonus
+
+
+def _top_rows(logits: torch.Tensor) -> list[list[float]]:
+    """Per row of (rows, vocab) logits, [ids..., values...] of its TOP_K best, in topk's order (one host read)."""
+    vals, ids = top_k(logits, min(TOP_K, logits.shape[-1]))
+    return torch.cat([ids.to(vals.dtype), vals], 1).tolist()  # ids are exact in float32 below 2^24
+
+
+def ranked(logits: torch.Tensor) -> list[list]:
+    """Per row of (rows, vocab) logits, [id1, logit1, ..., idK, logitK] of its TOP_K best, the greedy choice
+    first: what a reference run records for the lossless verdict (esp.bench.verdict)."""
+    return [_choice_first(row) for row in _top_rows(logits.float())]
 
 
 def _choice_first(row: list[float]) -> list:
