@@ -11,7 +11,7 @@ from esp.decoding.batch import BatchDecoder
 from esp.decoding.engine import Decoder, Generation
 from esp.errors import ESPError
 from esp.models.lm import LM, IdTokenizer
-from esp.methods import REGISTRY, build, parse
+from esp.methods import REGISTRY, build, build_batch, parse
 from esp.sampling import Sampling
 from esp.trace import StepTrace
 
@@ -79,7 +79,8 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     # No per-phase device syncs and no mask in the traces: a caller wants the tokens fast (bc=auto still
     # times its forwards, and the run's seconds are measured either way).
     if batch is not None:
-        dec = BatchDecoder(lm, [build(spec) for _ in batch], sampling, max_new_tokens)
+        drafters, planner = build_batch(spec, len(batch))
+        dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, planner=planner)
         for ids in batch:
             dec.check_prompt(ids)
         return dec, batch, chat

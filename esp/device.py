@@ -50,6 +50,11 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
+def cpu_capability() -> str:
+    """The vector instructions torch's CPU kernels run here ("AVX512", "AVX2", "DEFAULT", ...)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def native_bf16(flags: set[str] | None = None) -> bool:
     """True when the CPU computes bfloat16 in hardware (AVX512-BF16 or AMX)."""
     return bool(set(NATIVE) & (cpu_flags() if flags is None else flags))

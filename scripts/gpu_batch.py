@@ -25,7 +25,7 @@ from esp.bench.overhead import random_lm  # noqa: E402
 from esp.decoding.batch import BatchDecoder  # noqa: E402
 from esp.decoding.engine import Decoder  # noqa: E402
 from esp.device import canonical  # noqa: E402
-from esp.methods import build  # noqa: E402
+from esp.methods import build_batch  # noqa: E402
 
 METHODS = ["ar", "esp", "pld", "stand", "lade", "tr", "hybrid:bc=60", "hybrid:bc=auto"]
 THROUGH_GENERATE = ["esp", "hybrid:bc=auto", "pld"]
@@ -67,7 +67,8 @@ def main() -> None:
     alone = [Decoder(lm, max_new_tokens=tokens).generate(ids).tokens for ids in batch]
     rows, ok = [], True
     for spec in METHODS:
-        gens, secs = timed(lambda: BatchDecoder(lm, [build(spec) for _ in batch], max_new_tokens=tokens).generate(batch))
+        drafters, planner = build_batch(spec, len(batch))
+        gens, secs = timed(lambda: BatchDecoder(lm, drafters, max_new_tokens=tokens, planner=planner).generate(batch))
         same = sum(g.tokens == ref for g, ref in zip(gens, alone))
         ok &= same == len(batch)
         rows.append({"method": spec, "batch": len(batch), "same_as_alone": same, "seconds": round(secs, 4),

@@ -16,8 +16,8 @@ from transformers import TextIteratorStreamer
 import esp
 from conftest import ARCHS, ROOT
 from lossless_runs import SAMPLERS
-from esp.budget.cost import CostCurve
-from esp.budget.width import BatchWidth, by_rows, choose
+from esp.budget.cost import CostCurve, padded
+from esp.budget.width import BatchPadding, BatchWidth, by_rows, choose
 from esp.decoding.batch import BatchDecoder
 from esp.decoding.drafter import Context
 from esp.decoding.engine import Decoder
@@ -210,12 +210,12 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     # Drafted steps that bring nothing: the batch backs off to plain rows and stops asking for offers.
     row = _Offers(good, flat)
     for _ in range(3):
-        wide.observe(1, tokens=4, seconds=1.0)  # plain steps: a second each
+        wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])  # plain steps: a second each
     for _ in range(20):
         w = wide.width([row] * 4, [_ctx(5)] * 4)
         if w == 1 and not wide.backoff.drafting:
             break
-        wide.observe(w, tokens=4, seconds=2.0)  # 4 rows, one token each, at twice a plain step's time
+        wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
     asked = row.asked
     assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
 
@@ -263,6 +263,36 @@ def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
         assert wide.width([row] * 4, [_ctx(step)] * 4) == 1
         if row.asked > before:
             asked_at.append(step)
-        wide.observe(1, tokens=4, seconds=1.0)
+        wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])
     assert asked_at[:5] == [1, 3, 6, 11, 20]  # waits of 1, 2, 4, 8 plain steps, then at most REST_MAX
     assert all(b - a <= BatchWidth.REST_MAX + 1 for a, b in zip(asked_at, asked_at[1:]))
+
+
+def test_padding_picks_a_wider_forward_only_where_it_costs_less():
+    # rows per sequence 1..4 at B=3 on an AVX512 CPU's curve: 3 rows cost 1.9, 6 rows 1.45
+    assert padded([1.9, 1.45, 1.55, 1.65]).tolist() == [2, 2, 3, 4]
+    assert padded([1.0, 1.2, 1.3, 1.4]).tolist() == [1, 2, 3, 4]  # a rising curve: never
+    assert padded([1.0, 0.97]).tolist() == [1, 2]  # 3% cheaper: within PAD_GAIN, not worth rows nobody reads
+    assert padded([2.0, 1.9, 1.9, 1.9, 1.9, 1.0]).tolist()[:2] == [1, 6]  # a width reaches at most 2 q + 2
+
+
+def test_a_batch_whose_rows_fall_to_an_expensive_width_is_fed_padded_and_keeps_its_tokens(tiny_lm):
+    """Four prompts, one ending early: on a curve where 3 rows cost more than 6, the three left are fed two rows
+    each (one of them padding nobody reads), and every row's tokens are still those it gets alone."""
+    lm = tiny_lm("llama")
+    planner = BatchPadding()
+    planner.curve = CostCurve([1, 2, 3, 4, 6, 8], [1.0, 1.5, 1.9, 1.4, 1.45, 1.45], rate=0.0)
+    fed = []
+    forward = lm.forward
+    lm.forward = lambda embeds, *a, **k: fed.append(tuple(embeds.shape[:2])) or forward(embeds, *a, **k)
+    try:
+        prompts = [[5, 6, 7, 8, 9], [11, 12, 13], [21, 22, 23, 24], [31, 32]]
+        limits = [12, 3, 12, 12]
+        alone = [Decoder(lm, max_new_tokens=n).generate(p).tokens for p, n in zip(prompts, limits)]
+        decs = BatchDecoder(lm, [build("ar") for _ in prompts], max_new_tokens=12, planner=planner)
+        decs.rows[1].max_new_tokens = 3
+        got = decs.generate(prompts)
+    finally:
+        del lm.forward
+    assert [g.tokens for g in got] == alone
+    assert (4, 1) in fed and (3, 2) in fed and (3, 1) not in fed, fed

@@ -96,6 +96,7 @@ def test_an_overpriced_width_gets_tried_by_the_drafter(tiny_lm, empty_cache, mon
     from esp.decoding.engine import Decoder
 
     lm = tiny_lm("llama")
+    monkeypatch.setattr(cost, "cpu_capability", lambda: "AVX2")  # the shape without the AVX512 dip
     clock = SimpleNamespace(now=0.0)
     forward = lm.forward
 
@@ -152,7 +153,21 @@ def test_the_default_shape_is_flat_for_bf16_only_where_the_cpu_has_it(monkeypatc
     monkeypatch.setattr(cost, "native_bf16", lambda: True)
     assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-bfloat16"])
     monkeypatch.setattr(cost, "native_bf16", lambda: False)  # emulated: wide blocks are dear, as in float32
+    monkeypatch.setattr(cost, "cpu_capability", lambda: "AVX2")
     assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-float32"])
+
+
+def test_float32_on_avx512_kernels_starts_from_the_shape_where_2_3_rows_cost_more_than_4_8(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    lm = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"))
+    for kernels, name in (("AVX512", "cpu-float32-avx512"), ("AVX2", "cpu-float32"), ("DEFAULT", "cpu-float32")):
+        monkeypatch.setattr(cost, "cpu_capability", lambda: kernels)
+        assert cost.shape_for(lm).t == list(cost.SHAPES[name])
+    t = dict(zip(cost.GRID, cost.SHAPES["cpu-float32-avx512"]))
+    assert min(t[2], t[3]) > max(t[4], t[5], t[6], t[8])  # the dip the budget and the batch's padding use
 
 
 def test_the_command_lines_sweep_only_with_calibrate(monkeypatch):

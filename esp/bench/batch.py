@@ -10,7 +10,7 @@ import torch
 
 from esp.decoding.batch import BatchDecoder
 from esp.decoding.engine import Decoder
-from esp.methods import build
+from esp.methods import build, build_batch
 from esp.models.lm import LM
 
 GENERATE = "generate()"
@@ -69,7 +69,8 @@ def _engine(lm: LM, group: list[list[int]], spec: str, max_new_tokens: int) -> l
     if len(group) == 1:
         gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(group[0])]
     else:
-        gens = BatchDecoder(lm, [build(spec) for _ in group], max_new_tokens=max_new_tokens).generate(group)
+        drafters, planner = build_batch(spec, len(group))
+        gens = BatchDecoder(lm, drafters, max_new_tokens=max_new_tokens, planner=planner).generate(group)
     return [(g.tokens, g.summary.forwards) for g in gens]
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from esp.device import native_bf16
+from esp.device import cpu_capability, native_bf16
 from esp.models.timing import CONTEXT, GRID, samples, spread
 from esp.paths import cache_root, write_atomic
 
@@ -60,13 +60,17 @@ BUSY = 0.5
 SHAPE_WEIGHT = 0.5  # ... a shipped default shape
 EXPLORE = 0.2  # a knot with no samples is priced this share cheaper for the width choice ...
 EXPLORE_N = 2.0  # ... falling linearly to nothing at this many samples
+PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that saves this share of its time
 
-# Default shapes, t(q) / t(1), where nothing is stored. CPU float32: between this project's two measuring
-# CPUs (2 cores: t(2) = 1.17, t(4) = 1.65, t(8) = 2.0, t(64) = 3.2; AVX512 server: t(2) = 1.5, t(4..8) =
-# 1.2-1.4), smoothed; CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's
-# forward reads the weights once, so rows are nearly free.
+# Default shapes, t(q) / t(1), where nothing is stored. CPU float32 with AVX2 kernels: a 2-core AVX2 CPU
+# (t(2) = 1.07, t(3) = 1.13, t(4) = 1.47, t(8) = 1.8, t(64) = 3.1), smoothed up a little. CPU float32 with AVX512
+# kernels: a float matmul of 2-3 rows runs a slower kernel than one of 4-8, so 2-3 rows cost more than 4-8 (the
+# measuring CPU: t(2) = 1.5, t(3) = 1.8, t(4..8) = 1.2-1.4, t(16) = 1.5; a 2-core AVX512 EPYC: 1.55, 2.05, 1.45-1.55,
+# 1.9); CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's forward reads
+# the weights once, so rows are nearly free.
 SHAPES = {
     "cpu-float32": (1.0, 1.3, 1.4, 1.45, 1.5, 1.55, 1.7, 1.8, 1.9, 2.1, 2.25, 2.4, 2.7, 3.0, 3.3, 4.0, 4.6),
+    "cpu-float32-avx512": (1.0, 1.5, 1.9, 1.4, 1.4, 1.45, 1.45, 1.6, 1.65, 1.75, 1.8, 1.9, 2.3, 2.9, 3.4, 4.6, 5.4),
     "cpu-bfloat16": (1.0, 1.05, 1.08, 1.1, 1.12, 1.14, 1.18, 1.22, 1.26, 1.35, 1.45, 1.55, 1.75, 2.1, 2.5, 3.3, 4.0),
     "cuda": (1.0, 1.01, 1.02, 1.02, 1.03, 1.03, 1.04, 1.05, 1.06, 1.08, 1.1, 1.12, 1.15, 1.22, 1.3, 1.45, 1.6),
 }
@@ -209,12 +213,28 @@ def cache_dir() -> Path:
 
 
 def shape_for(lm, key: str = "") -> CostCurve:
-    """The shipped default shape for `lm`'s device and dtype, in one-row units (its level unset)."""
+    """The shipped default shape for `lm`'s device, dtype and CPU kernels, in one-row units (its level unset)."""
     dt = str(lm.dtype).removeprefix("torch.")
     # bfloat16 is flat only where the CPU computes it natively; emulated, wide blocks cost more than in float32.
     native = dt != "bfloat16" or native_bf16()
     name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES and native else "cpu-float32"
+    if name == "cpu-float32" and dt == "float32" and cpu_capability() == "AVX512":
+        name = "cpu-float32-avx512"
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
+
+
+def padded(seconds) -> np.ndarray:
+    """For `seconds[i]`, the time of feeding i + 1 rows per sequence, the rows per sequence each width is best
+    fed as: itself, or at most twice it plus two where that costs PAD_GAIN less (a CPU's curve can fall where
+    its BLAS switches kernels, at about 4 rows, so a narrow block padded with rows nobody reads is cheaper)."""
+    sec = np.asarray(seconds, dtype=np.float64)
+    best = np.arange(1, sec.size + 1)
+    for i in range(sec.size):
+        reach = sec[i : min(2 * i + 4, sec.size)]  # widths i+1 .. 2(i+1)+2
+        j = int(reach.argmin())
+        if reach[j] < (1 - PAD_GAIN) * sec[i]:
+            best[i] = i + 1 + j
+    return best
 
 
 def stored(lm) -> CostCurve | None:

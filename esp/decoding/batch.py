@@ -15,7 +15,7 @@ from typing import Iterator
 
 import torch
 
-from esp.decoding.drafter import Drafter
+from esp.decoding.drafter import BatchPlanner, Drafter
 from esp.decoding.engine import Decoder, Generation, Run, _with_lead
 from esp.decoding.timer import ForwardTimer, Phases
 from esp.errors import ESPError
@@ -28,12 +28,15 @@ class BatchDecoder:
     """Decodes several prompts together; `drafters` holds one drafter per prompt (none shared)."""
 
     def __init__(self, lm: LM, drafters: list[Drafter], sampling: Sampling = Sampling(), max_new_tokens: int = 128,
-                 layouts: str = "efficient", trace_mask: bool = False, timings: bool = False):
+                 layouts: str = "efficient", trace_mask: bool = False, timings: bool = False,
+                 planner: BatchPlanner | None = None):
+        """`planner`: what sets the batch's widths (default: the drafters' own, if any; `esp.methods.build_batch`
+        gives one that pads where a wider forward is cheaper)."""
         if len({id(d) for d in drafters}) != len(drafters):
             raise ESPError("Each prompt of a batch needs a drafter of its own.")
         self.lm = lm
         self.rows = [Decoder(lm, d, sampling, max_new_tokens, layouts, False, trace_mask, timings) for d in drafters]
-        self.planner = drafters[0].batch_planner() if drafters else None
+        self.planner = planner if planner is not None else drafters[0].batch_planner() if drafters else None
 
     def check_prompt(self, prompt_ids: list[int]) -> None:
         self.rows[0].check_prompt(prompt_ids)
@@ -47,7 +50,7 @@ class BatchDecoder:
         runs = [Run(dec, ids, batched=True) for dec, ids in zip(self.rows, prompts)]
         live = list(range(len(runs)))  # prompt index of each batch row
         cache = lm.new_cache()
-        timer = ForwardTimer(lm.device) if any(dec.time_forward for dec in self.rows) else None
+        timer = ForwardTimer(lm.device) if planner or any(dec.time_forward for dec in self.rows) else None
         while live:
             start = time.perf_counter()
             here = [runs[i] for i in live]
@@ -55,7 +58,10 @@ class BatchDecoder:
             for run in here:
                 run.begin(width)
             prefill = any(run.lead for run in here)
-            embeds, positions, mask = self._inputs(here, cache.get_seq_length())
+            q = max(run.width for run in here)
+            if planner is not None and not prefill:
+                q = planner.rows(len(here), q)
+            embeds, positions, mask = self._inputs(here, cache.get_seq_length(), q)
             for run in here:
                 run.clock("forward")
             if timer is not None:
@@ -70,8 +76,8 @@ class BatchDecoder:
                 emitted += len(trace.emitted)
                 yield live[b], trace
             _commit(cache, kept, cache.get_seq_length() - hidden.shape[1])
-            if planner is not None and width is not None:
-                planner.observe(width, emitted, time.perf_counter() - start)
+            if planner is not None:
+                planner.observe(width, q, emitted, time.perf_counter() - start, timed)
             keep = [b for b, run in enumerate(here) if not run.done]
             if len(keep) < len(here):
                 live = [live[b] for b in keep]
@@ -79,12 +85,11 @@ class BatchDecoder:
                     cache.batch_select_indices(torch.tensor(keep, device=lm.device))
                     _truncate(cache, max(runs[i].past for i in live))
 
-    def _inputs(self, runs: list[Run], slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, Q, H) embeddings, (B, Q) positions and the (B, 1, Q, slots + Q) additive mask, each row's
-        block padded to the widest (padding rows see nothing and are never read); a row sees its first
+    def _inputs(self, runs: list[Run], slots: int, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, q, H) embeddings, (B, q) positions and the (B, 1, q, slots + q) additive mask, each row's
+        block padded to q rows (padding rows see nothing and are never read); a row sees its first
         `run.past` slots, the tokens it has committed."""
         lm = self.lm
-        q = max(run.width for run in runs)
         low = torch.finfo(lm.dtype).min
         embeds = torch.zeros(len(runs), q, lm.config.hidden_size, dtype=lm.dtype, device=lm.device)
         positions = torch.zeros(len(runs), q, dtype=torch.long, device=lm.device)

@@ -101,7 +101,8 @@ class Drafter:
 
     def batch_planner(self) -> "BatchPlanner | None":
         """What picks one block width for a batch of drafters like this one (each row's `propose` then takes
-        `rows`, the width it may fill); None: every row proposes its own block, as it would alone."""
+        `rows`, the width it may fill); None: every row proposes its own block, as it would alone (and a
+        caller may give the batch a planner that only pads, `esp.methods.build_batch`)."""
         return None
 
     def describe(self) -> str:
@@ -109,11 +110,15 @@ class Drafter:
 
 
 class BatchPlanner(Protocol):
-    """One width for every row of a batch: a batch forward pads each row's block to the widest, so widths
-    are chosen for the batch as a whole."""
+    """The widths of a batch's forwards: a batch forward pads each row's block to the widest, so widths are
+    chosen for the batch as a whole (esp.budget.width: BatchWidth for bc=auto, BatchPadding otherwise)."""
 
     def width(self, drafters: list[Drafter], ctxs: list[Context]) -> int | None:
         """Rows per sequence this step (None: each drafter chooses its own)."""
 
-    def observe(self, width: int, tokens: int, seconds: float) -> None:
-        """Book the step: its width, the tokens all rows emitted, its wall seconds."""
+    def rows(self, batch: int, q: int) -> int:
+        """Rows per sequence to feed when the widest block has q: q, or more where a wider forward costs less."""
+
+    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
+        """Book the step: the width chosen, the rows per sequence fed, the tokens all rows emitted, its wall
+        seconds, and the (rows, seconds) of the forwards timed by now."""
