@@ -22,7 +22,7 @@ from esp.decoding.batch import BatchDecoder
 from esp.decoding.drafter import Context
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
-from esp.methods import build
+from esp.methods import build, build_batch
 
 # Held out: none of these is a Spec-Bench question; lengths differ so that rows' caches differ.
 PROMPTS = ["Hi!",
@@ -296,3 +296,35 @@ def test_a_batch_whose_rows_fall_to_an_expensive_width_is_fed_padded_and_keeps_i
         del lm.forward
     assert [g.tokens for g in got] == alone
     assert (4, 1) in fed and (3, 2) in fed and (3, 1) not in fed, fed
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("spec", ["ar", "hybrid:bc=auto", "esp:k=2:bc=12", "lade"])
+def test_more_prompts_than_the_batch_size_join_as_rows_end_and_keep_their_tokens(tiny_lm, arch, spec):
+    """Seven prompts, at most three in flight: a row that ends gives its place to the next prompt (its prefill a
+    forward of its own, then its cache rows join the batch's), and every prompt gets the tokens it gets alone."""
+    lm = tiny_lm(arch)
+    g = torch.Generator().manual_seed(3)
+    prompts = [(lambda b: b * 2 + b[:3])(torch.randint(0, lm.vocab_size, (n,), generator=g).tolist()) for n in (5, 9, 4, 12, 7, 6, 10)]
+    limits = [30, 6, 14, 30, 3, 22, 9]  # rows end at different steps (gemma3's 24-token window crossed)
+    alone = [Decoder(lm, build(spec), max_new_tokens=n).generate(p).tokens for p, n in zip(prompts, limits)]
+    drafters, planner = build_batch(spec, len(prompts))
+    dec = BatchDecoder(lm, drafters, max_new_tokens=30, planner=planner, batch_size=3)
+    for row, n in zip(dec.rows, limits):
+        row.max_new_tokens = n
+    fed = []
+    forward = lm.forward
+    lm.forward = lambda embeds, *a, **k: fed.append(embeds.shape[0]) or forward(embeds, *a, **k)
+    try:
+        got = dec.generate(prompts)
+    finally:
+        del lm.forward
+    assert [x.tokens for x in got] == alone
+    assert max(fed) == 3 and fed.count(3) > len(fed) // 2  # the batch stays full while prompts wait
+    assert len(fed) < sum(x.summary.forwards for x in got) / 2
+
+
+def test_a_batch_size_must_be_a_positive_integer(tiny_lm):
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ESPError, match="batch size"):
+            BatchDecoder(tiny_lm("llama"), [build("ar")], batch_size=bad)

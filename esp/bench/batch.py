@@ -1,6 +1,6 @@
 """Throughput of batched decoding: the questions B at a time, in question order, for a method through the
-engine (`BatchDecoder`) and for transformers' own batched greedy `generate()` (left padding, as its users
-run it), side by side on the same prompts."""
+engine (`BatchDecoder`, B prompts in flight) and for transformers' own batched greedy `generate()` (static
+batches of B, left padding, as its users run it), side by side on the same prompts."""
 from __future__ import annotations
 
 import time
@@ -48,15 +48,23 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+CHUNK = 4  # batches of questions per interleaved part of a run
+
+
 def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, max_new_tokens: int) -> dict[str, BatchRun]:
-    """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order;
-    interleaved per batch (each batch runs generate() and then every method), so that a change of machine
-    speed during the run moves every row alike. Every prompt gets a fresh drafter."""
+    """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order.
+    generate() runs each group of `batch` prompts to its end (static batches, as its users run it); the engine
+    keeps `batch` prompts in flight, the next one joining as a row ends (`BatchDecoder`'s batch_size). They are
+    interleaved per part of CHUNK batches, so that a change of machine speed during the run moves every row
+    alike. Every prompt gets a fresh drafter."""
     runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
-    for group in chunks(prompts, batch):
+    for part in chunks(prompts, batch if batch == 1 else CHUNK * batch):
         for name, run in runs.items():
             start = time.perf_counter()
-            got = _generate(lm, group, max_new_tokens) if name == GENERATE else _engine(lm, group, name, max_new_tokens)
+            if name == GENERATE:
+                got = [row for group in chunks(part, batch) for row in _generate(lm, group, max_new_tokens)]
+            else:
+                got = _engine(lm, part, name, batch, max_new_tokens)
             run.seconds += time.perf_counter() - start
             for tokens, forwards in got:
                 run.tokens.append(tokens)
@@ -64,13 +72,14 @@ def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, m
     return runs
 
 
-def _engine(lm: LM, group: list[list[int]], spec: str, max_new_tokens: int) -> list[tuple[list[int], int]]:
-    """One batch through the engine (batch 1: the one-row loop, as a caller of one prompt gets it)."""
-    if len(group) == 1:
-        gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(group[0])]
+def _engine(lm: LM, prompts: list[list[int]], spec: str, batch: int, max_new_tokens: int) -> list[tuple[list[int], int]]:
+    """The prompts through the engine, `batch` in flight (batch 1: the one-row loop, as a caller of one prompt gets it)."""
+    if batch == 1:
+        gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(p)
+                for p in prompts]
     else:
-        drafters, planner = build_batch(spec, len(group))
-        gens = BatchDecoder(lm, drafters, max_new_tokens=max_new_tokens, planner=planner).generate(group)
+        drafters, planner = build_batch(spec, len(prompts))
+        gens = BatchDecoder(lm, drafters, max_new_tokens=max_new_tokens, planner=planner, batch_size=batch).generate(prompts)
     return [(g.tokens, g.summary.forwards) for g in gens]
 
 
@@ -124,7 +133,7 @@ def report(lm: LM, prompts: list[list[int]], specs: list[str], batches: list[int
     import json
     from pathlib import Path
 
-    throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8)  # warm-up: kernels, allocator, cost curve
+    throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8)  # warm-up: kernels, allocator
     runs = []
     for b in batches:
         runs.append(throughput(lm, prompts, specs, b, max_new_tokens))

@@ -249,7 +249,8 @@ class BatchWidth(BatchPadding):
     where drafting does not pay at this batch size the run falls back to one row per sequence, at a bounded
     cost of finding out. Offers cost host time (every row grows its candidates), so after a step whose best
     width was one row the next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing
-    pays asks O(log n) times. The rows learn the curve from the batch's forwards (each its own copy)."""
+    pays asks O(log n) times. The curve is the batch's own, a copy of its first row's prior learned from every
+    forward of the batch, since rows come and go (`BatchDecoder`'s batch_size)."""
 
     REST_MAX = 16
 
@@ -262,7 +263,8 @@ class BatchWidth(BatchPadding):
 
     def width(self, drafters: list, ctxs: list) -> int | None:
         """Rows per sequence this step; None at the prefill (each row feeds its prompt and its own block)."""
-        self.curve = drafters[0].curve
+        if self.curve is None:  # the batch's own copy: rows come and go, the machine stays
+            self.curve = drafters[0].curve.copy()
         if ctxs[0].step == 0:
             return None
         if len(drafters) != self.batch:  # rows left: plain steps cost something else now
@@ -285,7 +287,8 @@ class BatchWidth(BatchPadding):
 
     def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch
-        in `seconds`; the rows' drafters learn the curve from `timed` themselves."""
+        in `seconds`: the curve learns from `timed`, the back-off from the step."""
+        super().observe(width, fed, tokens, seconds, timed)
         if width is None:
             return
         b, curve = self.batch, self.curve

@@ -6,14 +6,18 @@ row's c), the mask hides slots c_r..L-1 from row r, and the commit moves the row
 slots c_r.. (a copy of those rows alone). Rows' caches therefore never hold holes between their tokens,
 only the tail padding a rectangle needs, and a row that ends (EOS or its token limit) leaves the batch at
 once. Every row is verified and committed on its own (`Run.finish`, as alone), so each row's tokens are
-its greedy tokens; the traces stay per row.
+its greedy tokens; the traces stay per row. With more prompts than `batch_size`, a finished row's place goes to
+the next waiting prompt (continuous batching): its prefill runs as a forward of its own, then its cache rows
+join the batch's, so the batch stays full while the prompts' answers end at different steps.
 """
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 
 from esp.decoding.drafter import BatchPlanner, Drafter
 from esp.decoding.engine import Decoder, Generation, Run, _with_lead
@@ -29,11 +33,15 @@ class BatchDecoder:
 
     def __init__(self, lm: LM, drafters: list[Drafter], sampling: Sampling = Sampling(), max_new_tokens: int = 128,
                  layouts: str = "efficient", trace_mask: bool = False, timings: bool = False,
-                 planner: BatchPlanner | None = None):
+                 planner: BatchPlanner | None = None, batch_size: int | None = None):
         """`planner`: what sets the batch's widths (default: the drafters' own, if any; `esp.methods.build_batch`
-        gives one that pads where a wider forward is cheaper)."""
+        gives one that pads where a wider forward is cheaper). `batch_size`: the most prompts decoded at once (None:
+        all of them); the others wait and join as rows end."""
         if len({id(d) for d in drafters}) != len(drafters):
             raise ESPError("Each prompt of a batch needs a drafter of its own.")
+        if batch_size is not None and not (isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1):
+            raise ESPError(f"The batch size must be a positive integer, not {batch_size!r}.")
+        self.batch_size = batch_size or max(len(drafters), 1)
         self.lm = lm
         self.rows = [Decoder(lm, d, sampling, max_new_tokens, layouts, False, trace_mask, timings) for d in drafters]
         self.planner = planner if planner is not None else drafters[0].batch_planner() if drafters else None
@@ -43,47 +51,63 @@ class BatchDecoder:
 
     @torch.inference_mode()
     def stream(self, prompts: list[list[int]]) -> Iterator[tuple[int, StepTrace]]:
-        """Decode every prompt, yielding (prompt index, trace) for each row of each forward, in row order."""
+        """Decode every prompt, yielding (prompt index, trace) for each row of each forward, in row order.
+        At most `batch_size` prompts are in flight; when rows end, the next waiting prompts are admitted in order:
+        their prefill is a forward of their own, whose cache then joins the batch's."""
         if len(prompts) != len(self.rows):
             raise ESPError(f"{len(prompts)} prompts for {len(self.rows)} drafters: give one drafter per prompt.")
-        lm, planner = self.lm, self.planner
-        runs = [Run(dec, ids, batched=True) for dec, ids in zip(self.rows, prompts)]
-        live = list(range(len(runs)))  # prompt index of each batch row
+        lm = self.lm
+        waiting = deque(range(len(prompts)))
+        runs: dict[int, Run] = {}
+        live: list[int] = []  # prompt index of each batch row
         cache = lm.new_cache()
-        timer = ForwardTimer(lm.device) if planner or any(dec.time_forward for dec in self.rows) else None
-        while live:
-            start = time.perf_counter()
-            here = [runs[i] for i in live]
-            width = planner.width([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
-            for run in here:
-                run.begin(width)
-            prefill = any(run.lead for run in here)
-            q = max(run.width for run in here)
-            if planner is not None and not prefill:
-                q = planner.rows(len(here), q)
-            embeds, positions, mask = self._inputs(here, cache.get_seq_length(), q)
-            for run in here:
-                run.clock("forward")
-            if timer is not None:
-                timer.start()
-            hidden, _ = lm.forward(embeds, positions, mask, cache)
-            logits = self._head(hidden, here)
-            timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
-            kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
-            emitted = 0
-            for b, (run, lg) in enumerate(zip(here, logits)):
-                trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, rows: kept.append((past, rows)))
-                emitted += len(trace.emitted)
-                yield live[b], trace
-            _commit(cache, kept, cache.get_seq_length() - hidden.shape[1])
-            if planner is not None:
-                planner.observe(width, q, emitted, time.perf_counter() - start, timed)
-            keep = [b for b, run in enumerate(here) if not run.done]
-            if len(keep) < len(here):
-                live = [live[b] for b in keep]
-                if live:
-                    cache.batch_select_indices(torch.tensor(keep, device=lm.device))
-                    _truncate(cache, max(runs[i].past for i in live))
+        timer = ForwardTimer(lm.device) if self.planner or any(dec.time_forward for dec in self.rows) else None
+        while waiting or live:
+            if waiting and len(live) < self.batch_size:
+                new = [waiting.popleft() for _ in range(min(self.batch_size - len(live), len(waiting)))]
+                runs.update((i, Run(self.rows[i], prompts[i], batched=True)) for i in new)
+                joining = lm.new_cache() if live else cache
+                yield from self._step(new, runs, joining, timer)
+                new = _drop_done(new, runs, joining)
+                if live and new:
+                    _append(cache, joining)
+                live += new
+            else:
+                yield from self._step(live, runs, cache, timer)
+                live = _drop_done(live, runs, cache)
+            if not live:
+                cache = lm.new_cache()
+
+    def _step(self, rows: list[int], runs: dict[int, Run], cache, timer: ForwardTimer | None) -> Iterator[tuple[int, StepTrace]]:
+        """One forward for the prompts `rows` (whose runs hold `cache`'s rows in order): draft, feed, verify and
+        commit each row, yielding (prompt index, trace) per row."""
+        lm, planner = self.lm, self.planner
+        start = time.perf_counter()
+        here = [runs[i] for i in rows]
+        width = planner.width([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
+        for run in here:
+            run.begin(width)
+        prefill = any(run.lead for run in here)
+        q = max(run.width for run in here)
+        if planner is not None and not prefill:
+            q = planner.rows(len(here), q)
+        embeds, positions, mask = self._inputs(here, cache.get_seq_length(), q)
+        for run in here:
+            run.clock("forward")
+        if timer is not None:
+            timer.start()
+        hidden, _ = lm.forward(embeds, positions, mask, cache)
+        logits = self._head(hidden, here)
+        timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
+        kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
+        emitted = 0
+        for b, (run, lg) in enumerate(zip(here, logits)):
+            trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, keep: kept.append((past, keep)))
+            emitted += len(trace.emitted)
+            yield rows[b], trace
+        _commit(cache, kept, cache.get_seq_length() - hidden.shape[1])
+        if planner is not None:
+            planner.observe(width, q, emitted, time.perf_counter() - start, timed)
 
     def _inputs(self, runs: list[Run], slots: int, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, q, H) embeddings, (B, q) positions and the (B, 1, q, slots + q) additive mask, each row's
@@ -147,6 +171,25 @@ def _commit(cache, kept: list[tuple[int, list[int]]], slots: int) -> None:
                 r, d, s = on[t.device]
                 t[r, :, d] = t[r, :, s]
     _truncate(cache, max(past + len(keep) for past, keep in kept))
+
+
+def _drop_done(rows: list[int], runs: dict[int, Run], cache) -> list[int]:
+    """The prompts of `rows` still decoding; the cache keeps only their rows (cut to the longest)."""
+    keep = [b for b, i in enumerate(rows) if not runs[i].done]
+    if 0 < len(keep) < len(rows):
+        cache.batch_select_indices(torch.tensor(keep, device=cache.layers[0].keys.device))
+        _truncate(cache, max(runs[rows[b]].past for b in keep))
+    return [rows[b] for b in keep]
+
+
+def _append(cache, other) -> None:
+    """`other`'s rows after `cache`'s in every layer, the shorter side's slots padded at the end (a row never
+    sees the slots past its own tokens)."""
+    for mine, theirs in zip(cache.layers, other.layers):
+        for name in ("keys", "values"):
+            a, b = getattr(mine, name), getattr(theirs, name).to(getattr(mine, name).device)
+            n = max(a.shape[-2], b.shape[-2])
+            setattr(mine, name, torch.cat([F.pad(a, (0, 0, 0, n - a.shape[-2])), F.pad(b, (0, 0, 0, n - b.shape[-2]))]))
 
 
 def _truncate(cache, slots: int) -> None:
