@@ -328,3 +328,21 @@ def test_a_batch_size_must_be_a_positive_integer(tiny_lm):
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ESPError, match="batch size"):
             BatchDecoder(tiny_lm("llama"), [build("ar")], batch_size=bad)
+
+
+def test_prompts_of_unlike_lengths_are_prefilled_apart_and_keep_their_tokens(tiny_lm):
+    """A long prompt beside short ones is prefilled in a forward of its own (one left-padded rectangle would pay
+    its length on every row); the short ones share one; every row then decodes in one forward per step."""
+    lm = tiny_lm("llama")
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, lm.vocab_size, (n,), generator=g).tolist() for n in (4, 40, 5, 6)]
+    alone = [Decoder(lm, build("hybrid:bc=8"), max_new_tokens=10).generate(p).tokens for p in prompts]
+    fed = []
+    forward = lm.forward
+    lm.forward = lambda embeds, *a, **k: fed.append(tuple(embeds.shape[:2])) or forward(embeds, *a, **k)
+    try:
+        got = BatchDecoder(lm, [build("hybrid:bc=8") for _ in prompts], max_new_tokens=10).generate(prompts)
+    finally:
+        del lm.forward
+    assert [x.tokens for x in got] == alone
+    assert [b for b, _ in fed[:3]] == [3, 1, 4] and fed[0][1] < 10 <= 40 <= fed[1][1], fed
