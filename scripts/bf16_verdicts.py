@@ -14,35 +14,18 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from esp.bench.run import load_questions  # noqa: E402
+from esp.bench.batch import chunks  # noqa: E402
+from esp.bench.run import Turn, load_questions, reference  # noqa: E402
 from esp.bench.verdict import FAILURE, classify, dtype_name, tally  # noqa: E402
 from esp.cli import add_model_args, load_model  # noqa: E402
 from esp.decoding.batch import BatchDecoder  # noqa: E402
-from esp.decoding.engine import Decoder, Generation  # noqa: E402
-from esp.decoding.verify import ranked  # noqa: E402
+from esp.decoding.engine import Decoder  # noqa: E402
 from esp.methods import build  # noqa: E402
 
 METHODS = "esp,pld,stand,lade,tr,hybrid:bc=auto,hybrid:bc=60"
-
-
-def records(g: Generation) -> list:
-    return [t for s in g.steps for t in s.top2]
-
-
-@torch.inference_mode()
-def generate_ref(lm, prompt: list[int], n: int) -> tuple[list[int], list]:
-    """generate()'s greedy tokens for one prompt, up to its EOS, with each step's ranked logits."""
-    x = torch.tensor([prompt], device=lm.device)
-    out = lm.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, output_logits=True,
-                            return_dict_in_generate=True, pad_token_id=min(lm.eos_ids))
-    toks = out.sequences[0, len(prompt):].tolist()
-    end = next((i + 1 for i, t in enumerate(toks) if t in lm.eos_ids), len(toks))
-    return toks[:end], ranked(torch.stack(out.logits)[:end, 0])
 
 
 def main() -> int:
@@ -58,16 +41,17 @@ def main() -> int:
     lm = load_model(a)
     kind, n = dtype_name(lm.dtype), a.max_new_tokens
     prompts = [lm.chat_ids(q["turns"][0]) for q in load_questions(a.questions, a.per_category)]
-    plain = [Decoder(lm, max_new_tokens=n, timings=False).generate(pr) for pr in prompts]
-    refs = [generate_ref(lm, pr, n) for pr in prompts]
-    res = {"ar vs generate()": tally([classify(b.tokens, records(b), t, r, kind) for b, (t, r) in zip(plain, refs)])}
+    turn = lambda g: Turn.of(lm, g)
+    plain = [turn(Decoder(lm, max_new_tokens=n, timings=False).generate(pr)) for pr in prompts]
+    refs = [reference(lm, pr, n) for pr in prompts]
+    res = {"ar vs generate()": tally([classify(b.tokens, b.top2, t, r, kind) for b, (t, r, _) in zip(plain, refs)])}
     print("ar vs generate()", res["ar vs generate()"], flush=True)
     for spec in a.methods.split(","):
-        alone = [Decoder(lm, build(spec), max_new_tokens=n, timings=False).generate(pr) for pr in prompts]
-        batched = [g for i in range(0, len(prompts), a.batch) for g in
-                   BatchDecoder(lm, [build(spec) for _ in prompts[i:i + a.batch]], max_new_tokens=n).generate(prompts[i:i + a.batch])]
+        alone = [turn(Decoder(lm, build(spec), max_new_tokens=n, timings=False).generate(pr)) for pr in prompts]
+        batched = [turn(g) for group in chunks(prompts, a.batch)
+                   for g in BatchDecoder(lm, [build(spec) for _ in group], max_new_tokens=n).generate(group)]
         for name, runs in ((spec, alone), (f"{spec} B={a.batch}", batched)):
-            vs = [classify(b.tokens, records(b), r.tokens, records(r), kind) for b, r in zip(plain, runs)]
+            vs = [classify(b.tokens, b.top2, r.tokens, r.top2, kind) for b, r in zip(plain, runs)]
             res[name] = tally(vs)
             print(name, res[name], [v.reason for v in vs if v.kind == FAILURE], flush=True)
     if a.json:
