@@ -13,6 +13,7 @@ ROOT, ACCEPTED, REJECTED, PRUNED = "root", "accepted", "rejected", "pruned"
 # output lookup), the table of the model's own past distributions, LADE's lookahead n-gram pool.
 ESP, LOOKUP, TABLE, POOL = "esp", "lookup", "table", "pool"
 SOURCES = (ESP, LOOKUP, TABLE, POOL)
+LENS_TOP = 5  # tokens kept per layer of the Mask Lens and per row of the verifier's eye
 
 
 @dataclass
@@ -31,6 +32,10 @@ class NodeTrace:
     position: int | None  # its position id (None when pruned)
     sources: list[str] = field(default_factory=list)  # SOURCES that proposed this token (empty for the root)
     p: float | None = None  # calibrated P(accepted), product along the path; None where nothing calibrates
+    # The verifier's view of this draft (recorded with the lens on, for fed nodes): its rank (1 = the target's
+    # own choice) and probability in the distribution the verifier decided from at its parent's row.
+    target_rank: int | None = None
+    target_p: float | None = None
 
 
 @dataclass
@@ -43,6 +48,33 @@ class AlignmentTrace:
     accepted: bool  # the step after source_step accepted at least j drafts
     cos: list[float]  # per layer (0 = embeddings, last = post-norm), mean-centred
     cos_raw: list[float]  # per layer, raw
+
+
+@dataclass
+class LensTrace:
+    """The raw logit lens of one mask a step fed at the node where its accepted path ends: each layer's
+    hidden state read through the model's final norm and LM head (the last layer is the model's own logits,
+    which ESP drafts from). The mask sits at `position` and drafts the token at `position + 1`."""
+
+    j: int  # mask index (1-based)
+    position: int
+    tokens: list[list[int]]  # per layer (0 = embeddings, last = the model's output), the LENS_TOP best ids
+    probs: list[list[float]]  # their probabilities, in the same order
+    texts: dict[int, str]  # the text of every id in `tokens`
+
+
+@dataclass
+class LensReal:
+    """A mask's lens against the token that really came at the position it drafted (resolved once that token
+    is emitted, usually by the next step, so it arrives on a later step's trace, like AlignmentTrace)."""
+
+    source_step: int  # the step that fed the mask (its LensTrace is on that step's trace)
+    j: int
+    token: int  # the token emitted at the mask's position + 1
+    text: str
+    accepted: bool  # the step after source_step accepted at least j drafts
+    prob: list[float]  # per layer, the lens probability of `token`
+    rank: list[int]  # per layer, its rank (1 = the lens's top-1)
 
 
 @dataclass
@@ -77,6 +109,13 @@ class StepTrace:
     cost: dict | None = None
     # Per emitted token, the best esp.bench.verdict.TOP_K of the row that chose it: [id1, logit1, id2, logit2, ...].
     top2: list[list] = field(default_factory=list)
+    # With the lens on (Decoder(lens=True)): per emitted token, the best LENS_TOP of the distribution the
+    # verifier decided from at that row ([id1, p1, id2, p2, ...]: softmax of the logits when greedy, the
+    # tempered and truncated distribution it sampled from otherwise), the Mask Lens of the masks fed at the
+    # last accepted node, and the lens of earlier masks resolved against the tokens that came.
+    eye: list[list] = field(default_factory=list)
+    lens: list[LensTrace] = field(default_factory=list)
+    lens_real: list[LensReal] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A plain dict (JSON-ready)."""
@@ -88,6 +127,8 @@ class StepTrace:
         d = dict(d)
         d["nodes"] = [NodeTrace(**n) for n in d["nodes"]]
         d["alignment"] = [AlignmentTrace(**a) for a in d.get("alignment", [])]
+        d["lens"] = [LensTrace(**{**a, "texts": {int(k): v for k, v in a["texts"].items()}}) for a in d.get("lens", [])]
+        d["lens_real"] = [LensReal(**a) for a in d.get("lens_real", [])]
         return cls(**d)
 
 
