@@ -60,7 +60,7 @@ def stream(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_token
 def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128, *,
             chat_template: bool = True, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
             seed: int = 0, eos_token_id: int | Iterable[int] | None = None, batch_size: int | None = None,
-            **settings) -> tuple[Decoder | BatchDecoder, list[int] | list[list[int]], bool]:
+            views: bool = False, **settings) -> tuple[Decoder | BatchDecoder, list[int] | list[list[int]], bool]:
     """A ready decoder (a BatchDecoder for a batch), the prompt's ids (one list per prompt for a batch), and
     whether the chat template was applied.
 
@@ -70,7 +70,9 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     the draw at each position). `eos_token_id`: None for the model's own, else the ids that end a run
     (empty: none). `settings` are the method's, as in its spec (k=2, bc="auto", ...); in a batch every
     prompt gets a drafter of its own, and `batch_size` caps the prompts decoded at once (the next one joins
-    as a row ends; default: all of them). Anything wrong raises ESPError with one line."""
+    as a row ends; default: all of them). `views=True` records everything the explorer draws in each step's
+    trace (the attention pattern, the alignment, the Mask Lens and the verifier's eye), one prompt at a time; it
+    costs time, so it is off. Anything wrong raises ESPError with one line."""
     lm = wrap(model, tokenizer)
     spec = _spec(method, settings)
     sampling = Sampling(temperature, top_p, top_k, seed)
@@ -80,13 +82,15 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     # No per-phase device syncs and no mask in the traces: a caller wants the tokens fast (bc=auto still
     # times its forwards, and the run's seconds are measured either way).
     if batch is not None:
+        if views:
+            raise ESPError("views=True records one prompt at a time: decode the prompts one by one.")
         drafters, planner = build_batch(spec, len(batch))
         dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, planner=planner, batch_size=batch_size)
         for ids in batch:
             dec.check_prompt(ids)
         return dec, batch, chat
     ids, chat = prompt_ids(lm, prompt, chat_template)
-    dec = Decoder(lm, build(spec), sampling, max_new_tokens, trace_mask=False, timings=False)
+    dec = Decoder(lm, build(spec), sampling, max_new_tokens, align=views, trace_mask=views, timings=False, lens=views)
     dec.check_prompt(ids)
     return dec, ids, chat
 

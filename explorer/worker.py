@@ -65,7 +65,7 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
         lm, meta = _setup(model, settings.dtype)
         yield {"meta": meta}
         decoder = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, settings.layouts,
-                          align=True)
+                          align=True, lens=True)
         end = "done"
         for step in decoder.stream(ids):
             yield {"step": step.to_dict(), "clock": time.monotonic()}

@@ -10,6 +10,7 @@ from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
 from esp.errors import ESPError
 from esp.decoding.kvcache import commit
 from esp.decoding.layout import Layout, make_layouts
+from esp.decoding.lens import MaskLens, eye
 from esp.models.lm import LM
 from esp.sampling import Sampling
 from esp.decoding.timer import ForwardTimer, Phases
@@ -48,9 +49,12 @@ class Decoder:
         align: bool = False,
         trace_mask: bool = True,
         timings: bool = True,
+        lens: bool = False,
     ):
         """`timings=False` keeps the device asynchronous within a step: the trace's phase times are then
-        only when the host queued the work (exact on a CPU), and `generate` still times the whole run."""
+        only when the host queued the work (exact on a CPU), and `generate` still times the whole run.
+        `lens=True` records the verifier's eye and the Mask Lens in every trace (esp.decoding.lens), from the
+        same forward (which then keeps every layer's states): the explorer's views; off, a step does none of it."""
         if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
             raise ESPError(f"max new tokens must be a positive integer, not {max_new_tokens}.")
         self.lm = lm
@@ -61,6 +65,7 @@ class Decoder:
         self.align = align
         self.trace_mask = trace_mask
         self.timings = timings
+        self.lens = lens
         # A drafter that learns from its forwards' measured time (bc=auto) gets them without step timings,
         # from a timer that does not block the device (StepResult.timed).
         self.time_forward = not timings and getattr(self.drafter, "times_forward", False)
@@ -98,7 +103,7 @@ class Decoder:
             run.clock("forward")
             if timer is not None:
                 timer.start()
-            hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align,
+            hidden, layers = lm.forward(embeds, positions, mask, cache, layers=self.align or self.lens,
                                         max_pos=run.root_pos + lay.max_offset)
             logits = lm.head(hidden[lead : lead + run.head_rows])
             timed = timer.stop(lay.size, keep=not lead) if timer is not None else []
@@ -184,6 +189,7 @@ class Run:
         self.pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
         self.past = self.produced = 0  # tokens committed to the cache, new tokens emitted
         self.done = False
+        self.lens = MaskLens(dec.lm) if dec.lens else None
 
     def begin(self, rows: int | None = None) -> None:
         """Draft this step's block (`rows`: the width a batch budget gave this row, else its own choice)."""
@@ -245,11 +251,22 @@ class Run:
         self.produced += len(emitted)
         self.done = self.produced >= dec.max_new_tokens or any(t in dec.lm.eos_ids for t in emitted)
         trace = dec._trace(ctx, res, self.past, drafted, notes, lead > 0, top2[: len(emitted)])
+        if self.lens is not None:
+            self._look(trace, res)
         trace.timings = clock.done()
         self.past += lead + len(path)
         self.pending = [bonus]
         ctx.step += 1
         return trace
+
+    def _look(self, trace: StepTrace, res: StepResult) -> None:
+        """The verifier's eye and the Mask Lens, into the step's trace (lens on)."""
+        seen = eye(res.proposal.tree, res.node_logits, res.path, self.dec.sampling)
+        trace.eye = seen.rows[: len(res.emitted)]
+        for node, rank, p in zip(trace.nodes[1:], seen.ranks, seen.probs):
+            node.target_rank, node.target_p = rank, p
+        trace.lens, trace.lens_real = self.lens.step(self.ctx.step, res.root_pos, res.layout, res.path, res.layers,
+                                                     res.emitted, trace.emitted_text)
 
 
 def _with_lead(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

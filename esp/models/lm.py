@@ -5,6 +5,7 @@ import torch
 from transformers import DynamicCache
 
 from esp.device import to_device
+from esp.errors import ESPError
 
 
 class LM:
@@ -20,6 +21,7 @@ class LM:
         self._embed = model.get_input_embeddings()
         self._head = model.get_output_embeddings()
         self._decoder = model.get_decoder()
+        self._norm = getattr(self._decoder, "norm", None)  # the final norm, read by the Mask Lens
         self._softcap = getattr(self.config, "final_logit_softcapping", None)
         types = getattr(self.config, "layer_types", None)
         self._layer_types = sorted(set(types)) if types else None
@@ -54,6 +56,13 @@ class LM:
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
         return logits if logits.dtype == torch.float64 else logits.float()
+
+    @torch.inference_mode()
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's final norm over residual rows (what the last layer's output gets before the LM head)."""
+        if self._norm is None:
+            raise ESPError(f"{self.name} has no final norm (decoder.norm) for the lens to read layers through.")
+        return self._norm(hidden)
 
     @torch.inference_mode()
     def forward(
