@@ -9,7 +9,7 @@ CAPTIONS = {
             "attention pattern), or the model's own token: a correction ✗ (vermillion, after a rejected draft) "
             "or a bonus ✓ (green, after every draft was accepted); grey = nothing was drafted. Hover a token for "
             "its label; ␣ = space, ↵ = newline.",
-    "tree": "The step's candidates under the root (dark square): fill = accepted ✓ (green) / rejected ✗ "
+    "tree": "The step's candidates under the root (grey square): fill = accepted ✓ (green) / rejected ✗ "
             "(vermillion) / pruned (hollow grey), thick line = accepted path, label = token and cumulative p; "
             "shape and outline colour = source. Hover a node for the verifier's top choices there. Marks: "
             + sources.legend_line(),
@@ -21,8 +21,8 @@ CAPTIONS = {
     "eye": "The verifier's eye: the model's top choices where the walk stopped, or where the focused node was "
            "decided; a draft checked there is green ✓ (accepted) or vermillion ✗ (rejected), with its rank.",
     "lens": "Mask Lens (a raw logit lens, no trained translator): each mask's layers read as tokens, the top-1 "
-            "per cell (bold = the token that really came), shaded by that real token's probability; grey = "
-            "not known yet. Hover a cell for the top 5.",
+            "per cell (bold = the token that really came), shaded by that real token's probability; "
+            "uncoloured = not known yet. Hover a cell for the top 5.",
     "commit": "Over the generated text: each token accepted from an ESP mask, shaded by the layer from which "
               "it was that mask's top-1 for good (L = that layer; darker = earlier).",
     "lens_rank": "Run so far: where the real token ranks under the raw logit lens, layer by layer, for masks "

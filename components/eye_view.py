@@ -176,8 +176,8 @@ def eye_figure(step: StepTrace | dict, meta: Mapping | None = None, focus: int |
             "cliponaxis": False, "marker": {"color": colors, "line": {"color": palette.FOCUS, "width": lines}},
             "customdata": custom, "name": "verifier's top choices", "showlegend": False,
             "hovertemplate": "%{y}: p = %{x:.3f}<extra>%{text}</extra>"}
-    after = path_nodes(step)[row] if row < len(path_nodes(step)) else None
-    where = f"after {plot_text(repr(show_ws(after.text)))}" if after is not None else f"row {row}"
+    path = path_nodes(step)
+    where = f"after {plot_text(repr(show_ws(path[row].text)))}" if row < len(path) else f"row {row}"
     notes = [_outside(pairs, drafts, texts), sampling_note(meta)]
     annotations = [{"text": plot_text(n), "x": 0, "xref": "paper", "y": -0.12 - 0.1 * i, "yref": "paper",
                     "xanchor": "left", "yanchor": "top", "showarrow": False, "font": {"size": 10, "color": INK}}

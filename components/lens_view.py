@@ -59,7 +59,7 @@ def lens_figure(steps: Sequence[StepTrace | dict], i: int | None = None, height:
     """Step i's Mask Lens as a layers x masks grid (layer 0, the embeddings, at the bottom; the top row is the
     model's own output, which ESP drafts the next tree from): each cell the layer's top-1 token (bold where
     it is the token that really came), shaded by the probability of that real token (masks not resolved yet
-    are grey, with a note); hover lists the top tokens and the real token's probability and rank.
+    are left clear, with a note); hover lists the top tokens and the real token's probability and rank.
     customdata per cell: [step, node index where the masks sit, mask j, layer]."""
     steps = as_steps(steps)
     i = len(steps) - 1 if i is None else i
@@ -82,11 +82,11 @@ def lens_figure(steps: Sequence[StepTrace | dict], i: int | None = None, height:
         custom.append([[step.step, end.index, r.j, layer] for r in lens])
     scale = {"zmin": 0, "zmax": 1, "colorscale": palette.PROBABILITY_SCALE, "name": "mask lens",
              "colorbar": {"title": {"text": "p(real<br>token)", "font": {"size": 10}}, "thickness": 12, "len": 0.7}}
-    data = cells(z, text, hover, custom, scale, x=xs, y=list(range(layers)), xgap=2, ygap=1)
+    data = cells(z, text, hover, custom, scale, x=xs, y=list(range(layers)))
     open_masks = [r.j for r in lens if r.j not in real]
     notes = [f"{RAW}."]
     if open_masks:
-        notes.append(f"Grey: mask {', '.join(map(str, open_masks))} — the token at its position has not "
+        notes.append(f"Clear: mask {', '.join(map(str, open_masks))} — the token at its position has not "
                      "come yet.")
     annotations = [{"text": n, "x": 0, "xref": "paper", "y": -0.06 - 0.05 * k, "yref": "paper", "xanchor": "left",
                     "yanchor": "top", "showarrow": False, "font": {"size": 9, "color": INK}}
@@ -101,17 +101,21 @@ def lens_figure(steps: Sequence[StepTrace | dict], i: int | None = None, height:
     return figure(data, layout)
 
 
-def cells(z: list[list], text: list[list], hover: list[list], custom: list[list], scale: dict, **grid) -> list[dict]:
-    """A grid as two heatmaps: the cells with a value shaded on `scale`, the others (None) in one neutral
-    grey, so that every cell's text sits on a fill of its own and reads on a light page and a dark one."""
-    common = {"type": "heatmap", "text": text, "hovertext": hover, "customdata": custom, "texttemplate": "%{text}",
-              "textfont": {"size": 9}, "hovertemplate": "%{hovertext}<extra></extra>", **grid}
-    blank = [[0 if v is None else None for v in row] for row in z]
-    out = [{**common, **scale, "z": z}]
-    if any(v is not None for row in blank for v in row):
-        out.insert(0, {**common, "z": blank, "zmin": 0, "zmax": 1, "showscale": False, "name": "not shaded",
-                       "colorscale": [[0, palette.NEUTRAL], [1, palette.NEUTRAL]]})
-    return out
+def cells(z: list[list], text: list[list], hover: list[list], custom: list[list], scale: dict,
+          x: list | None = None, y: list | None = None) -> list[dict]:
+    """A grid as a heatmap shaded on `scale` at palette.SHADE opacity (None cells left clear: the page shows
+    through), with each cell's text drawn over it in the page's own text colour, which then reads on every
+    cell on a light page and a dark one. Hover and customdata are the heatmap's, per cell."""
+    xs = x if x is not None else list(range(max(map(len, z), default=0)))
+    ys = y if y is not None else list(range(len(z)))
+    heat = {"type": "heatmap", "z": z, "x": xs, "y": ys, "hovertext": hover, "customdata": custom, "xgap": 2,
+            "ygap": 2, "opacity": palette.SHADE, "hoverongaps": True, "hovertemplate": "%{hovertext}<extra></extra>",
+            **scale}
+    points = [(xs[c], ys[r], t) for r, row in enumerate(text) for c, t in enumerate(row) if t]
+    labels = {"type": "scatter", "mode": "text", "x": [p[0] for p in points], "y": [p[1] for p in points],
+              "text": [p[2] for p in points], "textfont": {"size": 9}, "hoverinfo": "skip", "showlegend": False,
+              "name": "labels"}
+    return [heat, labels]
 
 
 def _column(rec: LensTrace, real: LensReal | None) -> str:
@@ -166,7 +170,7 @@ def commitments(steps: Sequence[StepTrace], upto: int) -> dict[int, tuple[LensRe
 def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, height: int | None = None) -> go.Figure:
     """The generated text of steps 0..upto as lines of WRAP tokens (the newest STRIP_TOKENS), each token accepted
     from an ESP mask shaded by the layer from which it was that mask's top-1 for good (written under it);
-    other tokens grey. customdata per cell: [step that emitted it, text index, mask's step, mask j]."""
+    other tokens clear. customdata per cell: [step that emitted it, text index, mask's step, mask j]."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
     title = "Commitment strip: from which layer each accepted ESP draft was its mask's top-1"
@@ -192,7 +196,7 @@ def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, he
         z.append(zl), text.append(tl), hover.append(hl), custom.append(cl)
     scale = {"zmin": 0, "zmax": layers - 1, "colorscale": palette.PROBABILITY_SCALE, "name": "commitment",
              "colorbar": {"title": {"text": "layer", "font": {"size": 10}}, "thickness": 12, "len": 0.8}}
-    data = cells(z, text, hover, custom, scale, xgap=2, ygap=2)
+    data = cells(z, text, hover, custom, scale)
     n_lines = len(z)
     note = (f"{len(found)} accepted ESP drafts; darker = its mask's top-1 from an earlier layer; L = that layer, – = never its "
             f"mask's top-1 (drafted as a lower choice); {RAW}.")

@@ -28,16 +28,19 @@ CORRECTION, BONUS = REJECTED, ACCEPTED
 # Glyphs that say the same as the verdict colours (labels, hovers, text bars).
 ACCEPT_MARK, REJECT_MARK = "✓", "✗"
 
-# Two roles outside both sets, each far from every colour above under either deficiency: the root (the token
-# emitted last, drawn as a square) and the focused node's outline in every view.
-ROOT = "#404040"
+# The focused node's outline in every view: a deep pink, far from every colour above under either deficiency.
 FOCUS = "#c0007f"
-# The text's tokens that no draft won (plain decoding's, the prefill's) and its folded earlier tokens.
-NEUTRAL = "#c0c0c0"
+# Neutral tones (mid-grey with alpha: they read on a light page and a dark one) carry no category; their
+# shape or label says what they are: the root (a square), tokens no draft won (plain decoding's, the
+# prefill's: labelled in the text), the verifier's choices nobody drafted, cells whose value is not known yet.
+ROOT = "rgba(128,128,128,0.95)"
+NEUTRAL = "rgba(128,128,128,0.5)"
 
-# Sequential scale for probabilities (the Mask Lens): cividis, designed to read the same with a colour-vision
-# deficiency and in greyscale; low = dark blue, high = yellow.
+# Sequential scale for the Mask Lens (probabilities, layers): cividis, designed to read the same with a
+# colour-vision deficiency and in greyscale; low = dark blue, high = yellow. Drawn at SHADE opacity under text
+# in the page's own colour, so that the text reads on every cell on a light page and a dark one.
 PROBABILITY_SCALE = "Cividis"
+SHADE = 0.6
 
 # Figures whose categories are quantities, not verdicts (the timing phases, the comparison's two measures):
 # the same Okabe-Ito colours in a fixed order, always with a hatch or a label as well.
@@ -45,12 +48,12 @@ SERIES = (OKABE_ITO["orange"], OKABE_ITO["sky blue"], OKABE_ITO["blue"], OKABE_I
           OKABE_ITO["reddish purple"], OKABE_ITO["yellow"])
 HATCHES = ("/", "\\", "x", "-", "|", ".")
 
-# The colours each view shows side by side (what tests/test_palette.py holds apart).
+# The categorical colours each view shows side by side (what tests/test_palette.py holds apart).
 TOGETHER = {
-    "text": (*SOURCES.values(), AGREED, CORRECTION, BONUS, FOCUS, NEUTRAL),
-    "tree": (ACCEPTED, REJECTED, ROOT, FOCUS, *SOURCES.values(), AGREED),
+    "text": (*SOURCES.values(), AGREED, CORRECTION, BONUS, FOCUS),
+    "tree": (ACCEPTED, REJECTED, FOCUS, *SOURCES.values(), AGREED),
     "attention": (ACCEPTED, *SOURCES.values(), AGREED, FOCUS),
-    "verdicts": (ACCEPTED, REJECTED, FOCUS, ROOT),
+    "verdicts": (ACCEPTED, REJECTED, FOCUS),
     "series": SERIES,
 }
 

@@ -70,15 +70,16 @@ def with_lens(steps: Sequence[StepTrace], k: int = 2, layers: int = 8, seed: int
         end, after = walk_end(s), steps[i + 1]
         s.lens = []
         for j in range(1, k + 1):
-            drafted = [n for n in after.nodes if n.depth == j and n.row is not None and ESP in n.sources]
+            drafted = [n for n in after.nodes if n.depth == j and n.row is not None
+                       and (ESP in n.sources or not n.sources)]  # an unmarked draft (older traces) is a mask's
             last = [n.token for n in sorted(drafted, key=lambda n: -n.prob)][:LENS_TOP]
             position = end.position + j
             real = tokens[position - start] if position - start < len(tokens) else None
             rec = LensTrace(j=j, position=position, tokens=[], probs=[], texts={})
             for layer in range(layers):
                 ids = list(last) if layer == layers - 1 else []
-                if real is not None and layer >= layers // 2 and real not in ids and len(ids) < LENS_TOP:
-                    ids.insert(min(len(ids), layers - 1 - layer), real)  # the real token rises layer by layer
+                if real is not None and layers // 2 <= layer < layers - 1:  # it comes up in the later layers
+                    ids = [real] if rng.random() < 0.7 else [filler({real}), real]
                 while len(ids) < LENS_TOP:
                     ids.append(filler(set(ids)))
                 rec.tokens.append(ids[:LENS_TOP])
