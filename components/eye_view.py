@@ -179,13 +179,14 @@ def eye_figure(step: StepTrace | dict, meta: Mapping | None = None, focus: int |
     path = path_nodes(step)
     where = f"after {plot_text(repr(show_ws(path[row].text)))}" if row < len(path) else f"row {row}"
     notes = [_outside(pairs, drafts, texts), sampling_note(meta)]
-    annotations = [{"text": plot_text(n), "x": 0, "xref": "paper", "y": -0.12 - 0.1 * i, "yref": "paper",
+    # Under the axis's tick labels, one line each (pixel offsets: the plot's height varies).
+    annotations = [{"text": plot_text(n), "x": 0, "xref": "paper", "y": 0, "yref": "paper", "yshift": -26 - 16 * i,
                     "xanchor": "left", "yanchor": "top", "showarrow": False, "font": {"size": 10, "color": INK}}
                    for i, n in enumerate(n for n in notes if n)]
     layout = base_layout(f"{title} · {where}", height, showlegend=False, annotations=annotations,
-                         xaxis={"range": [0, 1.35], "title": {"text": "probability", "font": {"size": 10}}},
+                         xaxis={"range": [0, 1.35], "tickformat": ".1f"},
                          yaxis={"autorange": "reversed", "type": "category"})
-    layout["margin"]["b"] = 30 + 22 * len(annotations)
+    layout["margin"]["b"] = 30 + 16 * len(annotations)
     return figure([bars], layout)
 
 

@@ -197,14 +197,13 @@ def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, he
     scale = {"zmin": 0, "zmax": layers - 1, "colorscale": palette.PROBABILITY_SCALE, "name": "commitment",
              "colorbar": {"title": {"text": "layer", "font": {"size": 10}}, "thickness": 12, "len": 0.8}}
     data = cells(z, text, hover, custom, scale)
-    n_lines = len(z)
-    note = (f"{len(found)} accepted ESP drafts; darker = its mask's top-1 from an earlier layer; L = that layer, – = never its "
-            f"mask's top-1 (drafted as a lower choice); {RAW}.")
-    layout = base_layout(title, height or 110 + 34 * n_lines, annotations=[
-        {"text": note, "x": 0, "xref": "paper", "y": -0.02, "yref": "paper", "xanchor": "left", "yanchor": "top",
-         "showarrow": False, "font": {"size": 9, "color": INK}}],
+    note = (f"{len(found)} accepted ESP drafts; darker = its mask's top-1 from an earlier layer; L = that layer, "
+            f"– = never its mask's top-1 (drafted as a lower choice).<br>{RAW}.")
+    layout = base_layout(title, height or 120 + 34 * len(z), annotations=[
+        {"text": note, "x": 0, "xref": "paper", "y": 0, "yref": "paper", "yshift": -6, "xanchor": "left",
+         "yanchor": "top", "align": "left", "showarrow": False, "font": {"size": 9, "color": INK}}],
         xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"})
-    layout["margin"]["b"] = 40
+    layout["margin"]["b"] = 44
     return figure(data, layout)
 
 
@@ -256,9 +255,9 @@ def rank_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, heig
                   "line": {"color": style["color"], "dash": style["dash"], "width": 2},
                   "marker": {"symbol": style["symbol"], "size": 6, "color": style["color"]}}
         data += [
-            {**common, "y": st["mean"].tolist(), "name": f"{group} (n={st['n']})",
-             "customdata": st["median"].tolist(),
-             "hovertemplate": f"{group}, layer %{{x}}: mean rank %{{y:.1f}}, median %{{customdata:.0f}}<extra></extra>"},
+            {**common, "y": st["mean"].tolist(), "name": f"{group} (n={st['n']})", "customdata": st["median"].tolist(),
+             "hovertemplate": f"{group}, layer %{{x}}: mean rank %{{y:.1f}}, median %{{customdata:.0f}}"
+                              "<extra></extra>"},
             {**common, "y": st["top"].tolist(), "xaxis": "x2", "yaxis": "y2", "showlegend": False,
              "name": f"{group} top-{TOP}",
              "hovertemplate": f"{group}, layer %{{x}}: in the top {TOP} %{{y:.0%}}<extra></extra>"},
