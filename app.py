@@ -29,6 +29,7 @@ from explorer.views import refusal_error
 
 log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
+GLOSSARY = Path(__file__).resolve().parent / "docs" / "glossary.md"
 SESSION_TTL_S = 3600
 # Gradio's file cache (uploads, and the copies of exports it serves) is swept every 10 minutes of files
 # older than a session lives; a session's own export folder goes with it (explorer.session.free_session).
@@ -146,6 +147,8 @@ def _header(page: SimpleNamespace) -> None:
             page.tour_back = gr.Button("◀ Back", elem_id="tour-back", size="sm")
             page.tour_next = gr.Button("Next ▶", elem_id="tour-next", size="sm", variant="primary")
             page.tour_end = gr.Button("End the tour", elem_id="tour-end", size="sm")
+    with gr.Accordion("Glossary: every term on this page", open=False, elem_id="glossary"):
+        gr.Markdown(GLOSSARY.read_text(encoding="utf-8"), elem_id="glossary-text")
     page.tour_n = gr.State(0)
     page.tour_view = gr.Textbox(visible="hidden", elem_id="tour-view")
     page.trace_key = gr.Textbox(visible="hidden", elem_id="trace-key")  # the shown shipped trace's name in a link
@@ -190,12 +193,14 @@ def _controls(page: SimpleNamespace) -> None:
 
 
 def _step_views(page: SimpleNamespace) -> None:
-    """Above the tabs: the status line, the shown step's draft tree and attention mask (the method, before any
-    control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words. On a
-    narrow screen the mask comes after the step controls, so that they follow the tree (assets/app.css)."""
+    """Above the tabs: the status line, the shown step's draft tree and attention pattern (the method, before
+    any control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words. On
+    a narrow screen the attention pattern comes after the step controls, so that they follow the tree
+    (assets/app.css)."""
     page.status = gr.Markdown("Set the controls and press **Run**.", label="Status", elem_id="status")
     page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
-                                              ("Tree-attention mask", "mask-plot", "mask"), elem_id="figures")
+                                              ("Attention pattern: who sees whom", "mask-plot", "mask"),
+                                              elem_id="figures")
     with gr.Row(elem_id="scrub-row"):
         page.prev = gr.Button("◀ prev", elem_id="prev", size="sm")
         page.scrub = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="scrub")
@@ -206,7 +211,7 @@ def _step_views(page: SimpleNamespace) -> None:
         page.speed = gr.Number(rq.SPEED.default, label="steps / s", elem_id="speed", min_width=80,
                                minimum=rq.SPEED.low, maximum=rq.SPEED.high, step=rq.SPEED.step)
         page.focus = gr.Dropdown([], value=None, label="Focus on a node", elem_id="focus",
-                                 info="outlined in the tree, the mask, the text and the alignment")
+                                 info="outlined in the tree, the attention pattern, the text and the alignment")
     page.focus_note = gr.Markdown(elem_id="focus-note")
     # A click on a tree node writes "index:time" here (assets/explorer.js).
     page.focus_click = gr.Textbox(visible="hidden", elem_id="focus-click")
@@ -214,19 +219,35 @@ def _step_views(page: SimpleNamespace) -> None:
 
 
 def _run_tab(page: SimpleNamespace) -> None:
-    """The Run tab: the generated text and the shown step's other figures (its tree and mask are above the tabs)."""
+    """The Run tab: the generated text and the shown step's other figures (its tree and attention pattern are
+    above the tabs): the verifier's eye, the cost, the alignment and the Mask Lens, the histogram and timing."""
     with gr.Tab("Run", id="run"):
         page.text = gr.HighlightedText(label="Generated text", color_map=COLOR_MAP, show_legend=True,
                                        combine_adjacent=False, elem_id="text-view")
         caption("text")
         page.stats = gr.Markdown(label="Summary", elem_id="stats")
+        page.eye_plot = gr.Plot(label="The verifier's eye", elem_id="eye-plot")
+        caption("eye")
         page.cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
         caption("cost")
         page.cost_note = gr.Markdown(elem_id="cost-note")
         page.align_plot = gr.Plot(label="Alignment", elem_id="align-plot")
         caption("align")
+        _mask_lens(page)
         page.hist_plot, page.timing_plot = plot_row(("Accepted drafts", "hist-plot", "hist"),
                                                     ("Timing", "timing-plot", "timing"))
+
+
+def _mask_lens(page: SimpleNamespace) -> None:
+    """The Mask Lens beside the alignment: the shown step's layers x masks grid and the run so far, then the
+    commitment strip over the generated text (components/lens_view.py)."""
+    with gr.Column(elem_id="mask-lens"):
+        gr.Markdown("### Mask Lens · what each mask's layers would say, read as tokens (a raw logit lens)",
+                    elem_classes="esp-note")
+        page.lens_plot, page.lens_rank_plot = plot_row(("Mask Lens", "lens-plot", "lens"),
+                                                       ("Mask Lens, run so far", "lens-rank-plot", "lens_rank"))
+        page.commit_plot = gr.Plot(label="Commitment strip", elem_id="commit-plot")
+        caption("commit")
 
 
 def _other_tabs(page: SimpleNamespace) -> None:
@@ -275,7 +296,8 @@ def _knobs(page: SimpleNamespace) -> list:
 def _views(page: SimpleNamespace) -> list:
     """The per-step outputs, in explorer.views.VIEWS order."""
     return [page.text, page.tree_plot, page.mask_plot, page.align_plot, page.stats, page.hist_plot, page.timing_plot,
-            page.cost_plot, page.cost_note, page.words, page.focus, page.focus_note]
+            page.cost_plot, page.cost_note, page.words, page.focus, page.focus_note, page.eye_plot, page.lens_plot,
+            page.commit_plot, page.lens_rank_plot]
 
 
 def _wire_settings(page: SimpleNamespace) -> None:

@@ -8,10 +8,14 @@ import plotly.graph_objects as go
 
 from esp.trace import AlignmentTrace, StepTrace
 
-from .common import STATUS_COLORS, as_steps, base_layout, figure, message_figure, two_panels
+from . import palette
+from .common import as_steps, base_layout, figure, message_figure, two_panels
 from .focus import mask_records
 
-GROUPS = {"accepted": STATUS_COLORS["accepted"], "rejected": STATUS_COLORS["rejected"]}
+GROUPS = {"accepted": palette.ACCEPTED, "rejected": palette.REJECTED}
+# The second cue beside the colour: accepted lines solid with round marks, rejected dashed with crosses.
+DASHES = {"accepted": "solid", "rejected": "dash"}
+SYMBOLS = {"accepted": "circle", "rejected": "x"}
 
 
 def layer_stats(records: Sequence[AlignmentTrace], raw: bool = False) -> dict[str, dict]:
@@ -61,10 +65,12 @@ def _band(axis: str, group: str, st: dict, legend: bool) -> list[dict]:
     return [
         {**common, "y": st["hi"].tolist(), "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
          "name": f"{group} +1 std"},
-        {**common, "y": st["lo"].tolist(), "line": {"width": 0}, "fill": "tonexty", "fillcolor": _rgba(color, 0.18),
-         "hoverinfo": "skip", "showlegend": False, "name": f"{group} -1 std"},
-        {**common, "y": st["mean"].tolist(), "line": {"color": color, "width": 2}, "showlegend": legend,
-         "name": f"{group} (n={st['n']})", "hovertemplate": f"{group} layer %{{x}}: %{{y:.3f}}<extra></extra>"},
+        {**common, "y": st["lo"].tolist(), "line": {"width": 0}, "fill": "tonexty",
+         "fillcolor": palette.rgba(color, 0.18), "hoverinfo": "skip", "showlegend": False, "name": f"{group} -1 std"},
+        {**common, "y": st["mean"].tolist(), "line": {"color": color, "width": 2, "dash": DASHES[group]},
+         "mode": "lines+markers", "marker": {"symbol": SYMBOLS[group], "size": 5, "color": color},
+         "showlegend": legend, "name": f"{group} (n={st['n']})",
+         "hovertemplate": f"{group} layer %{{x}}: %{{y:.3f}}<extra></extra>"},
     ]
 
 
@@ -74,10 +80,6 @@ def _focus_line(r: AlignmentTrace, raw: bool, node: int) -> dict:
     ys = r.cos_raw if raw else r.cos
     return {"type": "scatter", "x": list(range(len(ys))), "y": list(ys), "mode": "lines",
             "name": f"node {node} mask {r.j} ({group})",
-            "line": {"color": GROUPS[group], "width": 5, "dash": "dot"},
+            "line": {"color": GROUPS[group], "width": 5, "dash": DASHES[group]},
             "hovertemplate": f"node {node} mask {r.j}, layer %{{x}}: %{{y:.3f}}<extra>{group}</extra>"}
 
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"

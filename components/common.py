@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, StepTrace
 
-# One colour per node status; the mask heatmap and the text view reuse the accepted green.
+from . import palette
+
 # Neutral tones are mid-grey with alpha, never an opaque grey or white: they read on a light page and on a
 # dark one alike, so a figure needs no rebuild when the page switches theme (docs/app_guide.md, "Theme").
 INK = "rgba(128,128,128,0.95)"  # secondary text, reference lines
@@ -17,8 +18,8 @@ FAINT = "rgba(128,128,128,0.5)"  # edges, pruned nodes, earlier steps
 GRID = "rgba(128,128,128,0.22)"  # axis grid and zero lines
 WASH = "rgba(128,128,128,0.12)"  # blocked cells of the mask
 CLEAR = "rgba(0,0,0,0)"  # paper and plot: the page's own background shows through
-STATUS_COLORS = {ROOT: "#3b6fb6", ACCEPTED: "#2e9d57", REJECTED: "#d9544f", PRUNED: FAINT}
-BONUS_COLOR = "#7b61c9"
+# One colour per node status (components/palette.py); a pruned node is a hollow grey mark.
+STATUS_COLORS = {ROOT: palette.ROOT, ACCEPTED: palette.ACCEPTED, REJECTED: palette.REJECTED, PRUNED: FAINT}
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=12)
 # Replaces Plotly's default template, which paints white grids, light bar outlines and a blue-grey plot
 # area (and adds ~8 KB to every figure sent); only the defaults the figures rely on are kept.
@@ -88,6 +89,21 @@ def walk_end(step: StepTrace) -> NodeTrace:
     children are the rejected alternatives, its masks drafted the next step."""
     path = accepted_nodes(step)
     return path[-1] if path else step.nodes[0]
+
+
+# The model's own token of a step, by what came before it (own_kind).
+CORRECTION, BONUS, OWN = "correction", "bonus", "own"
+
+
+def own_kind(step: StepTrace) -> str:
+    """What the model's own token of `step` (the one after its accepted drafts) is called, in the field's
+    words (vLLM; Leviathan et al.): CORRECTION when a draft below the walk's end was rejected, BONUS when
+    drafts were checked and none below the end was rejected, OWN when nothing was drafted (the prefill,
+    plain decoding)."""
+    end = walk_end(step)
+    if any(n.parent == end.index and n.status == REJECTED for n in step.nodes):
+        return CORRECTION
+    return BONUS if end.status == ACCEPTED else OWN
 
 
 def figure(data: list[dict], layout: dict) -> go.Figure:

@@ -5,6 +5,7 @@ import plotly.graph_objects as go
 
 from esp.bench.verdict import classify, label
 
+from . import palette
 from .common import INK, base_layout, figure, message_figure, two_panels
 
 COLUMNS = ["method", "tokens", "forwards", "τ", "tokens/s", "speed-up vs ar", "lossless vs ar"]
@@ -34,9 +35,9 @@ def compare_figure(rows: list[list], height: int | None = None) -> go.Figure:
         return message_figure(title, "Run a comparison to fill this chart.", height or 300)
     names = [r[0] for r in rows]
     data = [
-        {"type": "bar", "orientation": "h", "y": names, "x": [r[3] for r in rows], "marker": {"color": "#2e9d57"},
+        {"type": "bar", "orientation": "h", "y": names, "x": [r[3] for r in rows], "marker": {"color": palette.SERIES[2]},
          "name": "τ", "hovertemplate": "%{y}: τ %{x}<extra></extra>"},
-        {"type": "bar", "orientation": "h", "y": names, "x": [r[5] for r in rows], "marker": {"color": "#3b6fb6"},
+        {"type": "bar", "orientation": "h", "y": names, "x": [r[5] for r in rows], "marker": {"color": palette.SERIES[0]},
          "name": "speed-up", "xaxis": "x2", "yaxis": "y2", "hovertemplate": "%{y}: %{x}× ar<extra></extra>"},
     ]
     even = [{"type": "line", "x0": 1, "x1": 1, "y0": 0, "y1": 1, "xref": f"x{a}", "yref": f"y{a} domain",

@@ -11,10 +11,14 @@ import plotly.graph_objects as go
 from esp.bench.oracle import oracle_width
 from esp.trace import StepTrace
 
-from .common import FAINT, STATUS_COLORS, as_steps, base_layout, figure, md_text, message_figure, plot_text, two_panels
+from . import palette
+from .common import FAINT, INK, as_steps, base_layout, figure, md_text, message_figure, plot_text, two_panels
 from .stats import WINDOW
 
 Curve = dict  # {"q": [rows...], "t": [seconds per forward...]}
+# Tokens (emitted, at the oracle width, per step) and cost (time, expected tokens) in the palette's series
+# colours; the break-even line is neutral and dashed: no verdict colour means anything here.
+TOKENS, TIME = palette.SERIES[2], palette.SERIES[0]
 PREFILL_NOTE = "Step 0 is the prefill: it feeds the whole prompt and drafts nothing, so it has no draft cost to weigh."
 
 
@@ -62,30 +66,31 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     t1 = float(np.interp(1, curve["q"], curve["t"]))
     data = [
         {"type": "scatter", "x": qs, "y": [ratio(curve, q) for q in qs], "mode": "lines+markers",
-         "name": "break-even: t(q)/t(1)", "line": {"color": "#d9544f", "dash": "dash"},
+         "name": "break-even: t(q)/t(1)", "line": {"color": INK, "dash": "dash"},
          "hovertemplate": "a %{x}-row forward costs %{y:.2f} one-row forwards<extra></extra>"},
         {"type": "scatter", "x": [step_width(s) for s in run], "y": [len(s.emitted) for s in run], "mode": "markers",
          "name": "steps so far", "marker": {"color": FAINT, "size": 6},
          "hovertemplate": "%{x} rows, %{y} tokens<extra></extra>"},
         {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
-         "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "circle"},
+         "marker": {"color": TOKENS, "size": 14, "symbol": "circle"},
          "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
         {"type": "scatter", "x": [oracle_width(step)], "y": [tokens], "mode": "markers", "name": "oracle width",
-         "marker": {"color": STATUS_COLORS["accepted"], "size": 14, "symbol": "square-open"},
+         "marker": {"color": TOKENS, "size": 14, "symbol": "square-open"},
          "hovertemplate": "the same tokens from %{x} rows: the root, the accepted path and the masks on its "
                           "end<extra></extra>"},
     ]
     if step.cost and step.cost.get("expected_tokens") is not None:
         data.append({"type": "scatter", "x": [width], "y": [step.cost["expected_tokens"]], "mode": "markers",
-                     "name": "expected", "marker": {"color": "#3b6fb6", "size": 12, "symbol": "diamond-open"},
+                     "name": "expected", "marker": {"color": TIME, "size": 12, "symbol": "diamond-open"},
                      "hovertemplate": "expected %{y:.2f} tokens<extra></extra>"})
     xs = [s.step for s in run]
     data += [
         {"type": "bar", "x": xs, "y": [len(s.emitted) for s in run], "name": "tokens per step",
-         "marker": {"color": "#8fb8e8"}, "xaxis": "x2", "yaxis": "y2",
+         "marker": {"color": palette.rgba(TOKENS, 0.55)}, "xaxis": "x2", "yaxis": "y2",
          "hovertemplate": "step %{x}: %{y} tokens<extra></extra>"},
-        {"type": "scatter", "x": xs, "y": [s.timings.get("total", 0.0) / t1 for s in run], "mode": "lines",
-         "name": "time / t(1)", "line": {"color": "#d9544f"}, "xaxis": "x2", "yaxis": "y2",
+        {"type": "scatter", "x": xs, "y": [s.timings.get("total", 0.0) / t1 for s in run], "mode": "lines+markers",
+         "name": "time / t(1)", "line": {"color": TIME}, "marker": {"symbol": "diamond", "size": 5},
+         "xaxis": "x2", "yaxis": "y2",
          "hovertemplate": "step %{x}: %{y:.2f}× a one-row forward<extra></extra>"},
     ]
     layout = base_layout(title, height, **two_panels(("tokens per step vs block width", "per step: tokens vs time")))

@@ -6,11 +6,13 @@ from typing import Sequence
 
 from esp.trace import ACCEPTED, PRUNED, ROOT, AlignmentTrace, NodeTrace, StepTrace
 
+from . import palette
 from . import sources as src
 from .common import as_step, as_steps, md_text, show_ws, walk_end
 
-# Outline of the focused node and of its rows, in every view (a vivid magenta, unlike any status or source colour, that reads on light and dark).
-FOCUS_COLOR = "#e020e0"
+# Outline of the focused node and of its rows, in every view (components/palette.py: a deep pink, apart from
+# every status and source colour, that reads on light and dark).
+FOCUS_COLOR = palette.FOCUS
 
 
 def focus_node(step: StepTrace | dict, i: int | None) -> NodeTrace | None:

@@ -1,6 +1,7 @@
-"""A lecture file: one standalone HTML player of a whole run (every step's tree, mask, text and words,
-a step slider, prev / next, Play / Pause, arrow keys), with the figures of the step shown at export below it,
-that opens from disk with no server and no network.
+"""A lecture file: one standalone HTML player of a whole run (every step's tree, attention pattern, text and
+words, and, when the trace records the lens, its verifier's eye and Mask Lens; a step slider, prev / next,
+Play / Pause, arrow keys), with the figures of the step shown at export below it, that opens from disk with
+no server and no network.
 
 A crafted trace or prompt must not run code in it: the page is filled in one pass (a placeholder written in
 a prompt stays text), every text is HTML-escaped, and the data sits in `application/json` script elements,
@@ -25,6 +26,8 @@ from plotly.offline import get_plotlyjs
 from esp.trace import StepTrace
 
 from .common import THEMES, as_steps
+from .eye_view import NO_EYE, eye_figure
+from .lens_view import NO_LENS, has_lens, lens_figure
 from .mask_plot import mask_figure
 from .step_words import step_words
 from .text_view import COLOR_MAP, token_sources
@@ -72,14 +75,19 @@ def markdown_html(text: str) -> str:
     return "".join(out) + ("</b>" if bold else "")
 
 
+def _wash(color: str) -> str:
+    """A label's colour at half opacity, as Gradio's HighlightedText shows it, so dark text reads on it."""
+    return f"color-mix(in srgb, {color} 50%, transparent)"
+
+
 def text_html(pairs: list[tuple[str, str]]) -> str:
-    """Highlighted-text pairs as coloured spans (the app's text view, without Gradio)."""
-    return "".join(f'<span style="background:{COLOR_MAP.get(label, "transparent")}" title="{html.escape(label)}">'
-                   f"{html.escape(text)}</span>" for text, label in pairs)
+    """Highlighted-text pairs as coloured spans (the app's text view, without Gradio); the label is the title."""
+    return "".join(f'<span style="background:{_wash(COLOR_MAP.get(label, "transparent"))}" '
+                   f'title="{html.escape(label)}">{html.escape(text)}</span>' for text, label in pairs)
 
 
 def legend_html() -> str:
-    return " ".join(f'<span style="background:{c}">{html.escape(label)}</span>' for label, c in COLOR_MAP.items())
+    return " ".join(f'<span style="background:{_wash(c)}">{html.escape(label)}</span>' for label, c in COLOR_MAP.items())
 
 
 def _figure_json(fig: go.Figure) -> dict:
@@ -87,8 +95,13 @@ def _figure_json(fig: go.Figure) -> dict:
 
 
 def _frames(steps: list[StepTrace], meta: Mapping) -> list[dict]:
+    """Every step's views as data; the verifier's eye and the Mask Lens only when the trace records them (the
+    page then says so in one line instead)."""
+    lens, eye = has_lens(steps), any(s.eye for s in steps)
     return [{"tree": _figure_json(tree_figure(s)), "mask": _figure_json(mask_figure(s)),
-             "text": text_html(token_sources(steps, i)), "words": markdown_html(step_words(s, meta))}
+             "text": text_html(token_sources(steps, i)), "words": markdown_html(step_words(s, meta)),
+             "eye": _figure_json(eye_figure(s, meta)) if eye else None,
+             "lens": _figure_json(lens_figure(steps, i)) if lens else None}
             for i, s in enumerate(steps)]
 
 
@@ -109,7 +122,7 @@ def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
     shown = [{"title": name, "figure": _figure_json(fig)} for name, fig in (figures or {}).items()]
     return fill(_PAGE, {
         "title": title, "prompt": html.escape(str(meta.get("prompt", ""))), "legend": legend_html(),
-        "last": str(len(steps) - 1), "dark": THEMES["dark"], "light": THEMES["light"],
+        "last": str(len(steps) - 1), "no_eye": html.escape(NO_EYE), "no_lens": html.escape(NO_LENS), "dark": THEMES["dark"], "light": THEMES["light"],
         "period": str(1000 // STEPS_PER_S), "plotly": packed_plotly(), "frames": script_json(_frames(steps, meta)),
         "figures": script_json(shown)})
 
@@ -134,9 +147,11 @@ _PAGE = """<!doctype html>
  #scrub { flex: 1; min-width: 12em; }
  button { font-size: 1em; padding: .3em .8em; }
  #views { display: flex; flex-wrap: wrap; gap: 1em; }
- #views > div { flex: 1 1 420px; min-width: 300px; }
+ #views > div, #lensviews > div { flex: 1 1 420px; min-width: 300px; }
+ #lensviews { display: flex; flex-wrap: wrap; gap: 1em; }
+ .note { font-size: .85em; opacity: .8; }
  #text { font-family: ui-monospace, Menlo, monospace; white-space: pre-wrap; line-height: 1.7; }
- #text span, #legend span { border-radius: 3px; padding: 0 1px; color: #111; }
+ #text span, #legend span { border-radius: 3px; padding: 0 1px; color: inherit; }
  #legend { font-size: .8em; } #legend span { margin-right: .4em; padding: 0 .3em; }
  code { background: rgba(128,128,128,.18); padding: 0 .2em; border-radius: 3px; }
 </style></head>
@@ -155,6 +170,9 @@ _PAGE = """<!doctype html>
 <div id="views"><div id="tree"></div><div id="mask"></div></div>
 <div id="legend">{{legend}}</div>
 <p id="text"></p>
+<div id="lensviews"><div id="eye"></div><div id="lens"></div></div>
+<p class="note" id="eye-note" hidden>{{no_eye}}</p>
+<p class="note" id="lens-note" hidden>{{no_lens}}</p>
 <div id="figures"></div>
 <script type="application/octet-stream" id="esp-plotly">{{plotly}}</script>
 <script type="application/json" id="esp-frames">{{frames}}</script>
@@ -177,6 +195,12 @@ function show(i) {
   $("text").innerHTML = f.text;
   Plotly.react("tree", f.tree.data, f.tree.layout, {displaylogo: false, responsive: true});
   Plotly.react("mask", f.mask.data, f.mask.layout, {displaylogo: false, responsive: true});
+  for (const view of ["eye", "lens"]) {
+    const fig = f[view];
+    $(view + "-note").hidden = fig !== null;
+    $(view).hidden = fig === null;
+    if (fig) Plotly.react(view, fig.data, fig.layout, {displaylogo: false, responsive: true});
+  }
 }
 const current = () => Number($("scrub").value);
 

@@ -7,11 +7,16 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from .common import FAINT, STATUS_COLORS, base_layout, figure, message_figure
+from . import palette
+from .common import FAINT, INK, base_layout, figure, message_figure
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "model_size.json"
 TITLE = "Tokens per forward (τ) by model size"
-BASELINES = {"pld": "#e0a030", "stand": "#2fa5b8", "lade": "#c0609a", "tr": "#8a6d3b"}
+# Each baseline in the colour of the source its drafts come from (components/palette.py: PLD copies like the
+# lookup, STAND's n-gram table, LADE's pool; TR's template in neutral ink), and a dash of its own.
+BASELINES = {"pld": palette.SOURCES["lookup"], "stand": palette.SOURCES["table"], "lade": palette.SOURCES["pool"],
+             "tr": INK}
+DASHES = {"pld": "dash", "stand": "dot", "lade": "dashdot", "tr": "longdash"}
 ESP = "esp:k=1:bc=60"  # the ESP setting drawn: the best overall on both measured models (docs/BENCHMARKS.md)
 WHY = ("Why the margin grows: ESP's drafts are the model's own guesses at later positions, so a model that "
        "already knows more of its future drafts better, while the baselines can only reuse text or next-token "
@@ -49,9 +54,10 @@ def size_figure(path: str | Path = RESULTS, esp: str = ESP, height: int = 340) -
     runs = sorted(data["runs"], key=lambda r: r["params_m"])
     labels = [f"{r['label']}" for r in runs]
     lines = [(m, m.upper(), color, 2) for m, color in BASELINES.items()]
-    lines.append((esp, f"ESP ({_setting(esp)})", STATUS_COLORS["accepted"], 4))
+    lines.append((esp, f"ESP ({_setting(esp)})", palette.SOURCES["esp"], 4))
     data_ = [{"type": "scatter", "x": labels, "y": [r["results"].get(m, {}).get("tau") for r in runs],
-              "mode": "lines+markers", "name": name, "line": {"color": color, "width": width},
+              "mode": "lines+markers", "name": name,
+              "line": {"color": color, "width": width, "dash": DASHES.get(m, "solid")},
               "marker": {"size": 6 + 2 * width}, "connectgaps": False,
               "hovertemplate": f"{name} on %{{x}}: τ %{{y:.2f}}<extra></extra>"}
              for m, name, color, width in lines if any(m in r["results"] for r in runs)]

@@ -7,11 +7,13 @@ import plotly.graph_objects as go
 
 from esp.trace import RunSummary, StepTrace, summarize
 
-from .common import FAINT, INK, STATUS_COLORS, as_steps, base_layout, figure, message_figure
+from . import palette
+from .common import FAINT, INK, as_steps, base_layout, figure, message_figure
 
-# Engine phases in the order they run (StepTrace.timings keys; "total" is their sum).
+# Engine phases in the order they run (StepTrace.timings keys; "total" is their sum); each with a colour and a
+# hatch, so that the stack reads without colour too.
 PHASES = ("draft", "mask", "forward", "verify", "commit", "trace")
-_PHASE_COLORS = ("#f2a541", "#8fb8e8", "#3b6fb6", "#2e9d57", "#7b61c9", FAINT)
+CURRENT = INK  # the shown step's bar in the histogram (the others are FAINT), labelled "this step"
 # Steps drawn as bars: at ~400 bars in a half-width panel they blur into a moire.
 WINDOW = 120
 
@@ -41,7 +43,8 @@ def accept_hist_figure(summary: RunSummary, current: int | None = None, height: 
         return message_figure(title, "No decoding step yet.", height)
     xs = list(range(max(summary.accept_hist) + 1))
     bar = {"type": "bar", "x": xs, "y": [summary.accept_hist.get(x, 0) for x in xs], "name": "steps",
-           "marker": {"color": [STATUS_COLORS["accepted"] if x == current else "#8fb8e8" for x in xs]},
+           "marker": {"color": [CURRENT if x == current else FAINT for x in xs]},
+           "text": ["this step" if x == current else "" for x in xs], "textposition": "outside", "cliponaxis": False,
            "hovertemplate": "%{y} steps accepted %{x}<extra></extra>"}
     layout = base_layout(title, height, xaxis={"title": {"text": "accepted drafts"}, "dtick": 1},
                          yaxis={"title": {"text": "steps"}})
@@ -62,8 +65,9 @@ def timing_figure(steps: Sequence[StepTrace | dict], current: int | None = None,
     shown, older = steps[start : current + 1], steps[:start]
     xs = [s.step for s in shown]
     bars = [{"type": "bar", "x": xs, "y": [1000 * s.timings.get(p, 0.0) for s in shown], "name": p,
-             "marker": {"color": c}, "hovertemplate": f"{p}: %{{y:.1f}} ms<extra>step %{{x}}</extra>"}
-            for p, c in zip(PHASES, _PHASE_COLORS)]
+             "marker": {"color": c, "pattern": {"shape": h, "fgcolor": INK, "size": 6, "solidity": 0.2}},
+             "hovertemplate": f"{p}: %{{y:.1f}} ms<extra>step %{{x}}</extra>"}
+            for p, c, h in zip(PHASES, palette.SERIES, palette.HATCHES)]
     mark = {"type": "line", "x0": current, "x1": current, "y0": 0, "y1": 1, "xref": "x", "yref": "paper",
             "line": {"color": INK, "width": 1, "dash": "dot"}}
     totals = [1000 * s.timings.get("total", 0.0) for s in shown if not s.prefill]

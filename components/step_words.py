@@ -8,7 +8,7 @@ from typing import Mapping
 from esp.trace import ACCEPTED, PRUNED, ROOT, NodeTrace, StepTrace
 
 from . import sources as src
-from .common import accepted_nodes, as_step, md_text, show_ws, walk_end
+from .common import BONUS, CORRECTION, OWN, accepted_nodes, as_step, md_text, own_kind, show_ws, walk_end
 from .cost_view import ratio, step_curve, step_width
 from .mask_plot import prompt_length
 
@@ -17,6 +17,12 @@ ROW_KINDS = {"root": ("root", "root"), "node": ("draft node", "draft nodes"), "m
              "lookahead": ("lookahead row", "lookahead rows")}
 # At most this many rejected alternatives are named where the walk stopped.
 MAX_NAMED = 3
+# The model's own token of a step (components.common.own_kind), as vLLM and Leviathan et al. name it.
+OWN_NAMES = {CORRECTION: "correction", BONUS: "bonus token"}
+OWN_WHY = {CORRECTION: "the **correction**: the model's own token where a draft was rejected",
+           BONUS: "the **bonus token**: every draft checked on the path was accepted, and the model's own next "
+                  "token comes with them",
+           OWN: "the model's own token, as plain decoding would emit it"}
 
 
 def tok(text: str) -> str:
@@ -78,24 +84,40 @@ def _accepted(step: StepTrace) -> str:
 
 
 def _stop(step: StepTrace, own: str) -> str:
-    """Why the walk stopped: the drafts under the last accepted node, and the model's own token there."""
+    """Why the walk stopped: the drafts under the last accepted node, and the model's own token there, named
+    as the field names it: a correction after a rejected draft, a bonus after every draft was accepted."""
     last = walk_end(step)
     rejected = [n for n in step.nodes if n.parent == last.index and n.status != ACCEPTED and n.row is not None]
     where = "the root" if last.status == ROOT else f"the last accepted draft {tok(last.text)}"
     n_acc = len(step.accepted)
     bonus = tok(step.emitted_text[n_acc]) if len(step.emitted_text) > n_acc else f"token {step.bonus}"
+    kind = own_kind(step)
+    name = OWN_NAMES.get(kind, "the model's own token")
     if rejected:
         names = ", ".join(tok(n.text) for n in rejected[:MAX_NAMED]) + (" …" if len(rejected) > MAX_NAMED else "")
         why = (f"The walk stopped after {where}: its first draft {tok(rejected[0].text)} "
-               f"({src.describe(rejected[0].sources)}) was not {own}, which was {bonus}")
+               f"({src.describe(rejected[0].sources)}){_rank(rejected[0])} was not {own}, which was {bonus}")
         why += f" (drafts tried there: {names})." if len(rejected) > 1 else "."
     elif len(step.nodes) > 1:
         why = f"The walk stopped after {where}: nothing was drafted below it; {own} there was {bonus}."
     else:
         why = f"With no draft to check, {own} after {where} was {bonus}."
     if len(step.emitted) <= n_acc:
-        return why + " The run ended here (end of text or token limit), so that bonus token was not emitted."
-    return why + f" That is the **bonus token**: the step emitted {_plural(len(step.emitted), 'token')}."
+        return why + f" The run ended here (end of text or token limit), so that {name} was not emitted."
+    return why + f" That is {OWN_WHY[kind]}: the step emitted {_plural(len(step.emitted), 'token')}."
+
+
+def _rank(node: NodeTrace) -> str:
+    """Where the verifier ranked a draft (recorded with the lens on), e.g. ', ranked 3rd by the model (p = 0.120)'."""
+    if node.target_rank is None:
+        return ""
+    p = f" (p = {node.target_p:.3f})" if node.target_p is not None else ""
+    return f", ranked {_ordinal(node.target_rank)} by the model{p},"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _cost(step: StepTrace, meta: Mapping) -> str:

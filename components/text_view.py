@@ -5,20 +5,29 @@ from typing import Sequence
 
 from esp.trace import ACCEPTED, ROOT, StepTrace
 
+from . import palette
 from . import sources as src
-from .common import BONUS_COLOR, STATUS_COLORS, accepted_nodes, as_steps
-from .focus import FOCUS_COLOR, focus_node
+from .common import BONUS as BONUS_KIND, CORRECTION as CORRECTION_KIND, accepted_nodes, as_steps, own_kind
+from .focus import focus_node
 
-DRAFT, BONUS, EARLIER = "accepted draft", "bonus (model's own token)", "earlier text"
+# The model's own token of a step, named as the field names it (components.common.own_kind): a correction
+# after a rejected draft, a bonus after every draft was accepted, plain where nothing was drafted.
+CORRECTION = "correction ✗ (model's own token after a rejected draft)"
+BONUS = "bonus ✓ (model's own token after every draft was accepted)"
+OWN = "model's own token (nothing drafted)"
+DRAFT, EARLIER = "accepted draft", "earlier text"
 FOCUS = "focused node"
 # One label (and colour) per draft source; DRAFT is for traces that name none (older files).
 BY_SOURCE = {s: f"draft · {src.NAMES[s]}" for s in src.SYMBOLS}
 AGREED = f"draft · {src.AGREED}"
 DRAFT_LABELS = (DRAFT, AGREED, *BY_SOURCE.values())
-COLOR_MAP = {DRAFT: STATUS_COLORS["accepted"], BONUS: BONUS_COLOR, EARLIER: "#e4e4e4",
-             BY_SOURCE["esp"]: STATUS_COLORS["accepted"], BY_SOURCE["lookup"]: "#e0a030",
-             BY_SOURCE["table"]: "#2fa5b8", BY_SOURCE["pool"]: "#c0609a", AGREED: "#8a9a2a",
-             FOCUS: FOCUS_COLOR}
+MODEL_LABELS = (CORRECTION, BONUS, OWN)
+OWN_LABELS = {CORRECTION_KIND: CORRECTION, BONUS_KIND: BONUS}
+# Colours from components/palette.py: a draft by its source (as in the tree and the attention pattern), the
+# model's own token by the verdict that ended the walk; labels are the second cue (legend and hover).
+COLOR_MAP = {DRAFT: palette.SOURCES["esp"], **{BY_SOURCE[s]: palette.SOURCES[s] for s in BY_SOURCE},
+             AGREED: palette.AGREED, CORRECTION: palette.CORRECTION, BONUS: palette.BONUS, OWN: palette.NEUTRAL,
+             EARLIER: palette.NEUTRAL, FOCUS: palette.FOCUS}
 # Beyond this many tokens the view shows the newest ones and one summary of the rest, so the payload
 # sent on every streamed update stays bounded whatever the run length.
 MAX_TOKENS = 300
@@ -30,27 +39,32 @@ def draft_label(sources: Sequence[str]) -> str:
     return AGREED if len(sources) > 1 else BY_SOURCE.get(sources[0], DRAFT)
 
 
+def own_label(step: StepTrace) -> str:
+    """The label of the step's own token: CORRECTION, BONUS or OWN."""
+    return OWN_LABELS.get(own_kind(step), OWN)
+
+
 def token_sources(steps: Sequence[StepTrace | dict], upto: int | None = None,
                   limit: int | None = MAX_TOKENS, focus: int | None = None) -> list[tuple[str, str]]:
     """(token text, label) for every token emitted by steps 0..upto: a step's first len(accepted)
-    emitted tokens are accepted drafts (labelled by their source), the one after them is the target's
-    bonus token. Past `limit` tokens, the oldest are folded into one EARLIER entry. With `focus` (a node
-    index of step `upto`), that node's token is labelled FOCUS when it is in the text (an accepted draft,
-    or the root: the token emitted just before the step)."""
+    emitted tokens are accepted drafts (labelled by their source), the one after them is the model's own
+    token (a correction, a bonus, or plain where nothing was drafted). Past `limit` tokens, the oldest are
+    folded into one EARLIER entry. With `focus` (a node index of step `upto`), that node's token is labelled
+    FOCUS when it is in the text (an accepted draft, or the root: the token emitted just before the step)."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
     pairs = []
     for s in steps[: upto + 1]:
-        path = accepted_nodes(s)
+        path, own = accepted_nodes(s), own_label(s)
         for i, text in enumerate(s.emitted_text):
-            pairs.append((text, draft_label(path[i].sources) if i < len(path) else BONUS))
+            pairs.append((text, draft_label(path[i].sources) if i < len(path) else own))
     at = focus_index(steps[upto], focus, len(pairs) - len(steps[upto].emitted_text)) if steps else None
     if at is not None:
         pairs[at] = (pairs[at][0], FOCUS)
     if limit is None or len(pairs) <= limit:
         return pairs
     old = pairs[: len(pairs) - limit]
-    drafts = sum(label not in (BONUS, FOCUS) for _, label in old)
+    drafts = sum(label in DRAFT_LABELS for _, label in old)
     note = f"[… {len(old)} earlier tokens, {drafts} of them accepted drafts …] "
     return [(note, EARLIER)] + pairs[-limit:]
 

@@ -10,7 +10,8 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 TOUR = ASSETS / "tour.json"
 # The page's views a stop may point at (their elem_ids in app.py; tests/test_tour.py checks them there).
 VIEWS = ("text-view", "stats", "tree-plot", "mask-plot", "cost-plot", "cost-note", "align-plot", "hist-plot",
-         "timing-plot", "whatif-tab", "open-tab", "scrub-row", "controls", "step-words", "size-plot")
+         "timing-plot", "whatif-tab", "open-tab", "scrub-row", "controls", "step-words", "size-plot", "eye-plot",
+         "mask-lens", "lens-plot", "lens-rank-plot", "commit-plot", "glossary")
 MIN_STOPS, MAX_STOPS = 8, 12
 
 

@@ -21,19 +21,20 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from esp import methods
 from esp.errors import ESPError
 from esp.decoding.layout import BUILDERS
-from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, SOURCES, StepTrace
+from esp.trace import ACCEPTED, LENS_TOP, PRUNED, REJECTED, ROOT, SOURCES, StepTrace
 
 from .limits import Limits
 
 # Caps that do not depend on the server's limits (docs/SECURITY.md lists them all).
 MAX_TRACE_BYTES = 10 * 2**20  # what the app's Export writes for a 512-token run at BC=30 is ~3 MB
-MAX_DEPTH = 8  # a trace nests 6 deep (steps > step > alignment > record > cos)
+MAX_DEPTH = 8  # a trace nests 7 deep (steps > step > lens > record > tokens > layer)
 MAX_NODES = 512  # per step (the page's BC goes to 120; pruned candidates add nodes that are not rows)
 MAX_ROWS = 256  # block rows per step, so a step's mask is at most 256 x 257 cells
 MAX_CELLS = 1_000_000  # mask cells over the whole trace (8 MB of Python list slots in a session)
 MAX_LAYERS = 256  # alignment cosines per record
 MAX_RECORDS = 64  # alignment records per step
 MAX_CURVE = 256  # knots of a cost curve
+MAX_LENS_CELLS = 1_000_000  # Mask Lens entries (ids, probabilities, ranks) over the whole trace
 MAX_VOCAB = 2**20  # token ids of a model this server cannot name (the largest real vocabularies: ~262k)
 MAX_ID = 2**31 - 1  # positions, counts, seeds
 TOKEN_CHARS = 256  # a token's text
@@ -41,6 +42,8 @@ LABEL_CHARS = 256  # method, spec, settings, model, device, row labels and kinds
 CHARS_PER_TOKEN = 32  # prompt and output text: at most this many characters per token of their caps
 
 Token = Annotated[int, Field(ge=0, lt=MAX_VOCAB)]
+Probability = Annotated[float, Field(ge=0, le=1)]
+Rank = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
 Count = Annotated[int, Field(ge=0, le=MAX_ID)]
 Finite = float  # NaN and infinities are refused by the model config (allow_inf_nan=False)
 Seconds = Annotated[float, Field(ge=0)]
@@ -84,6 +87,8 @@ class Node(_Record):
     position: Count | None
     sources: Annotated[list[Literal[SOURCES]], Field(max_length=len(SOURCES))] = []
     p: Finite | None = None
+    target_rank: Rank | None = None
+    target_p: Probability | None = None
 
 
 class Alignment(_Record):
@@ -93,6 +98,47 @@ class Alignment(_Record):
     accepted: bool
     cos: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
     cos_raw: Annotated[list[Finite], Field(max_length=MAX_LAYERS)]
+
+
+class Lens(_Record):
+    """One mask's raw logit lens: per layer its LENS_TOP best ids and their probabilities, and their texts
+    (JSON keys are strings: each must be one of the ids listed)."""
+
+    j: Annotated[int, Field(ge=1, le=MAX_RECORDS)]
+    position: Count
+    tokens: Annotated[list[Annotated[list[Token], Field(max_length=LENS_TOP)]], Field(min_length=1,
+                                                                                     max_length=MAX_LAYERS)]
+    probs: Annotated[list[Annotated[list[Probability], Field(max_length=LENS_TOP)]], Field(max_length=MAX_LAYERS)]
+    texts: Annotated[dict[Annotated[str, StringConstraints(pattern=r"^\d{1,7}$")], TokenText],
+                     Field(max_length=MAX_LAYERS * LENS_TOP)]
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if [len(r) for r in self.tokens] != [len(r) for r in self.probs]:
+            raise ValueError("a lens record needs one probability per token at every layer")
+        listed = {t for row in self.tokens for t in row}
+        stray = next((k for k in self.texts if int(k) not in listed), None)
+        if stray is not None:
+            raise ValueError(f"a lens record names the text of token {stray}, which it does not list")
+        return self
+
+
+class LensReal(_Record):
+    """A mask's lens against the token that came: that token's probability and rank at every layer."""
+
+    source_step: Count
+    j: Annotated[int, Field(ge=1, le=MAX_RECORDS)]
+    token: Token
+    text: TokenText
+    accepted: bool
+    prob: Annotated[list[Probability], Field(max_length=MAX_LAYERS)]
+    rank: Annotated[list[Rank], Field(max_length=MAX_LAYERS)]
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if len(self.prob) != len(self.rank):
+            raise ValueError("a resolved lens record needs one rank per probability")
+        return self
 
 
 class Backoff(_Loose):
@@ -144,6 +190,9 @@ class Step(_Record):
     prefill: bool = False
     cost: Cost | None = None
     top2: Annotated[list[Annotated[list[Finite], Field(max_length=16)]], Field(max_length=MAX_NODES + 1)] = []
+    eye: Annotated[list[Annotated[list[Finite], Field(max_length=2 * LENS_TOP)]], Field(max_length=MAX_NODES + 1)] = []
+    lens: Annotated[list[Lens], Field(max_length=MAX_RECORDS)] = []
+    lens_real: Annotated[list[LensReal], Field(max_length=MAX_RECORDS)] = []
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -171,6 +220,11 @@ class Step(_Record):
             raise ValueError("an alignment record has unequal cos and cos_raw")
         if any(v < 0 or not float(v).is_integer() for row in self.top2 for v in row[::2]):
             raise ValueError("top2 rows alternate token ids and logits")
+        if any(len(row) % 2 or any(v < 0 or not float(v).is_integer() for v in row[::2])
+               or any(not 0 <= v <= 1 for v in row[1::2]) for row in self.eye):
+            raise ValueError("eye rows alternate token ids and probabilities")
+        if len(self.eye) > len(self.emitted):
+            raise ValueError(f"{len(self.eye)} eye rows for {len(self.emitted)} emitted tokens")
         return self
 
 
@@ -226,6 +280,10 @@ class Trace(_Record):
         cells = sum(len(s.mask) * (len(s.mask[0]) if s.mask else 0) for s in self.steps)
         if cells > MAX_CELLS:
             raise ValueError(f"its masks hold {cells:,} cells; at most {MAX_CELLS:,} are taken")
+        lens = sum(2 * sum(map(len, r.tokens)) for s in self.steps for r in s.lens)
+        lens += sum(2 * len(r.rank) for s in self.steps for r in s.lens_real)
+        if lens > MAX_LENS_CELLS:
+            raise ValueError(f"its Mask Lens holds {lens:,} entries; at most {MAX_LENS_CELLS:,} are taken")
         return self
 
 
@@ -290,7 +348,9 @@ def _vocab_ids(trace: Trace):
         yield where, s.root
         yield where, s.bonus
         yield from ((where, t) for t in (*s.accepted, *s.emitted, *(n.token for n in s.nodes)))
-        yield from ((where, int(v)) for row in s.top2 for v in row[::2])
+        yield from ((where, int(v)) for row in (*s.top2, *s.eye) for v in row[::2])
+        yield from ((where, t) for r in s.lens for row in r.tokens for t in row)
+        yield from ((where, r.token) for r in s.lens_real)
 
 
 def check_against(trace: Trace, limits: Limits, vocab: int | None) -> None:

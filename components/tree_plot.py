@@ -6,8 +6,10 @@ import plotly.graph_objects as go
 
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
 
+from . import palette
 from . import sources as src
-from .common import FAINT, INK, STATUS_COLORS, as_step, base_layout, figure, message_figure, plot_text, show_ws
+from .common import FAINT, STATUS_COLORS, as_step, base_layout, figure, message_figure, plot_text, show_ws
+from .eye_view import node_eyes
 from .focus import FOCUS_COLOR, focus_node
 
 # Drawing order (later on top): the accepted path last.
@@ -18,6 +20,8 @@ LABEL_PX, MIN_PANEL_PX, LABEL_CHARS = 40, 400, 6
 # Deeper than this (PLD's and LADE's chains), levels are too close for two-line labels below the nodes:
 # labels go on one line to the right of their node, so they need more room across.
 DEEP, DEEP_LABEL_PX = 5, 72
+# The verdict said twice: by colour and by this mark after the label (components/palette.py).
+MARKS = {ACCEPTED: " " + palette.ACCEPT_MARK, REJECTED: " " + palette.REJECT_MARK}
 
 
 def tree_graph(step: StepTrace | dict) -> nx.DiGraph:
@@ -112,8 +116,8 @@ def tree_figure(step: StepTrace | dict, height: int = 420, focus: int | None = N
     by_status: dict[str, list[int]] = {}
     for n, status in g.nodes(data="status"):
         by_status.setdefault(status, []).append(n)
-    shown = labelled_nodes(g, pos)
-    data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos)) for s in STATUS_ORDER if s in by_status]
+    shown, eye = labelled_nodes(g, pos), node_eyes(step)
+    data += [_node_trace(g, pos, by_status[s], s, shown, is_deep(pos), eye) for s in STATUS_ORDER if s in by_status]
     data += _source_legend(g)
     if focus_node(step, focus) is not None:
         x, y = pos[int(focus)]
@@ -130,15 +134,16 @@ def tree_figure(step: StepTrace | dict, height: int = 420, focus: int | None = N
 
 
 def _source_legend(g: nx.DiGraph) -> list[dict]:
-    """One grey legend-only marker per source mark used in this tree."""
-    marks: dict[str, str] = {}
+    """One legend-only marker per source used in this tree: its symbol, outlined in its colour."""
+    marks: dict[str, tuple[str, str]] = {}
     for n, d in g.nodes(data=True):
         if d["status"] in (ACCEPTED, REJECTED) and d["sources"]:
             label = "agreed" if len(d["sources"]) > 1 else d["sources"][0]  # short: the caption says more
-            marks[label] = src.symbol(d["sources"])
+            marks[label] = src.symbol(d["sources"]), _outline(d["status"], d["sources"])
     return [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": f"source: {label}",
-             "legendgroup": "sources", "marker": {"symbol": sym, "color": INK, "size": 10}, "hoverinfo": "skip"}
-            for label, sym in sorted(marks.items())]
+             "legendgroup": "sources", "hoverinfo": "skip",
+             "marker": {"symbol": sym, "color": "rgba(0,0,0,0)", "size": 10, "line": {"width": 2, "color": color}}}
+            for label, (sym, color) in sorted(marks.items())]
 
 
 def _segments(pos: dict[int, tuple[float, float]], edges) -> tuple[list, list]:
@@ -158,24 +163,38 @@ def _symbol(status: str, sources: list[str]) -> str:
     return src.symbol(sources)
 
 
-def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: set[int], deep: bool) -> dict:
-    """One marker trace per status (colour); the symbol marks each node's source; label = token +
-    cumulative probability where it fits; hover adds draft p, calibrated P and the sources."""
+def _node_trace(g: nx.DiGraph, pos: dict, ids: list[int], status: str, shown: set[int], deep: bool,
+                eye: dict[int, str]) -> dict:
+    """One marker trace per status (fill colour, and ✓ / ✗ in the label); the symbol and the outline colour
+    mark each node's source; label = token + cumulative probability where it fits; hover adds draft p,
+    calibrated P, the sources and, with the lens on, the verifier's view of the draft (`eye`: node -> text bars)."""
     data = [g.nodes[n] for n in ids]
+    mark = MARKS.get(status, "")
     return {
         "type": "scatter", "x": [pos[n][0] for n in ids], "y": [pos[n][1] for n in ids],
         "mode": "markers+text", "name": status,
         "marker": {"size": 16 if status in (ROOT, ACCEPTED) else 12, "color": STATUS_COLORS[status],
-                   "symbol": [_symbol(status, d["sources"]) for d in data], "line": {"width": 1, "color": FAINT}},
-        "text": [f"{short(d['text'])}{' ' if deep else '<br>'}{d['cum_prob']:.2f}" if n in shown else ""
+                   "symbol": [_symbol(status, d["sources"]) for d in data],
+                   "line": {"width": [2 if d["sources"] and status != PRUNED else 1 for d in data],
+                            "color": [_outline(status, d["sources"]) for d in data]}},
+        "text": [f"{short(d['text'])}{' ' if deep else '<br>'}{d['cum_prob']:.2f}{mark}" if n in shown else ""
                  for d, n in zip(data, ids)],
         "textposition": "middle right" if deep else "bottom center", "textfont": {"size": 10},
-        # customdata: raw token text, draft p, depth, cumulative p, node index, sources, calibrated P
+        # customdata: raw token text, draft p, depth, cumulative p, node index (the page's click reads it),
+        # sources, calibrated P, the verifier's eye (text bars, or "")
         "customdata": [[plot_text(d["text"]), d["prob"], -pos[n][1], d["cum_prob"], n,
                         src.describe(d["sources"]) if status != ROOT else "the last emitted token",
-                        "not calibrated" if d["p"] is None else f"{d['p']:.3f}"] for d, n in zip(data, ids)],
+                        "not calibrated" if d["p"] is None else f"{d['p']:.3f}", eye.get(n, "")]
+                       for d, n in zip(data, ids)],
         "hovertemplate": ("<b>%{customdata[0]}</b><br>draft p = %{customdata[1]:.3f}<br>cumulative p = "
                           "%{customdata[3]:.3f}<br>calibrated P(accepted) = %{customdata[6]}<br>source: "
-                          "%{customdata[5]}<br>depth %{customdata[2]} · node %{customdata[4]}"
-                          f"<extra>{status}</extra>"),
+                          "%{customdata[5]}<br>depth %{customdata[2]} · node %{customdata[4]}%{customdata[7]}"
+                          f"<extra>{status}{mark}</extra>"),
     }
+
+
+def _outline(status: str, sources: list[str]) -> str:
+    """A fed draft's outline in its source's colour (as in the text and the attention pattern)."""
+    if status == PRUNED or not sources:
+        return FAINT
+    return palette.AGREED if len(sources) > 1 else palette.SOURCES.get(sources[0], FAINT)

@@ -9,7 +9,9 @@ import gradio as gr
 from components.align_plot import align_figure
 from components.common import md_text, toast_text
 from components.cost_view import cost_figure, cost_sentences
+from components.eye_view import eye_figure
 from components.focus import focus_choices, focus_node, focus_note
+from components.lens_view import commit_figure, lens_figure, rank_figure
 from components.mask_plot import mask_figure
 from components.stats import accept_hist_figure, run_summary, stats_markdown, timing_figure
 from components.step_words import step_words
@@ -21,17 +23,19 @@ from .session import Session
 log = logging.getLogger("esp.app")
 # Output order of every per-step render; the run's last output tuple therefore holds text + figures.
 # New views go last, so that the outputs of the first ones keep their places in the API.
-# "words": the step in words; "focus": the Focus box (its choices are the step's nodes); "focus_note".
+# "words": the step in words; "focus": the Focus box (its choices are the step's nodes); "focus_note";
+# "mask" is the attention pattern; "eye": the verifier's eye; "lens", "commit", "lens_rank": the Mask Lens.
 VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note", "words", "focus",
-         "focus_note")
+         "focus_note", "eye", "lens", "commit", "lens_rank")
 # The views that change most per step: sent at every streamed update (the others less often).
-FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note", "words", "focus", "focus_note")
+FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note", "words", "focus", "focus_note", "eye", "lens")
 
 
 def render(session: Session, i: int, views: tuple[str, ...] = VIEWS, focus: int | None = None) -> tuple:
     """The per-step views for step i of the stored run, in VIEWS order; views not in `views` are
-    gr.skip() (left as they are on the page). `focus`: a node of step i outlined in the tree, the mask,
-    the text and the alignment (ignored when the step has no such node; the note says so)."""
+    gr.skip() (left as they are on the page). `focus`: a node of step i outlined in the tree, the attention
+    pattern, the text and the alignment, and the row of the verifier's eye that decided it (ignored when the
+    step has no such node; the note says so)."""
     steps = session.steps
     step = steps[i]
     focus = None if focus is None else int(focus)
@@ -51,6 +55,10 @@ def render(session: Session, i: int, views: tuple[str, ...] = VIEWS, focus: int 
         "words": lambda: step_words(step, session.meta),
         "focus": lambda: gr.update(choices=focus_choices(step), value=shown),
         "focus_note": lambda: focus_note(step, focus),
+        "eye": lambda: eye_figure(step, session.meta, focus=shown),
+        "lens": lambda: lens_figure(steps, i),
+        "commit": lambda: commit_figure(steps, i),
+        "lens_rank": lambda: rank_figure(steps, i),
     }
     return tuple(build[v]() if v in views else gr.skip() for v in VIEWS)
 

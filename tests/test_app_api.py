@@ -12,7 +12,7 @@ import pytest
 from gradio_client import Client
 
 from app_server import MODES, in_process_only, serve
-from components.text_view import BONUS, DRAFT_LABELS
+from components.text_view import DRAFT_LABELS, MODEL_LABELS
 
 PROMPT = "Count from 1 to 10."
 SHORT = dict(k=2, bc=30, lam=0.1, max_new_tokens=16)
@@ -73,9 +73,9 @@ def test_final_tree_accepted_path_matches_the_text(streamed):
     tokens = [(p["token"], p["class_or_confidence"]) for p in text]
     root, accepted = _tree_tokens(tree)
     assert f"step {int(_value(streamed[-1][1]))}" in tree["layout"]["title"]["text"]
-    # The last step emitted its accepted drafts, then (unless cut by max tokens) a bonus token;
-    # the token before them is this step's root, the previous step's last token.
-    tail = tokens[:-1] if tokens[-1][1] == BONUS else tokens
+    # The last step emitted its accepted drafts, then (unless cut by max tokens) the model's own token (a
+    # correction or a bonus); the token before them is this step's root, the previous step's last token.
+    tail = tokens[:-1] if tokens[-1][1] in MODEL_LABELS else tokens
     drafts = []
     while tail and tail[-1][1] in DRAFT_LABELS:
         drafts.insert(0, tail.pop()[0])
@@ -241,7 +241,7 @@ def test_every_method_streams_in_the_same_views(client, often, method):
     if method == "lade":  # the lookahead window's rows are in the mask view
         assert any("lookahead" in y for y in _figure(final[4])["data"][0]["y"])
     if method != "ar":
-        assert any(p["class_or_confidence"] != BONUS for p in final[2]), "a copying prompt accepts drafts"
+        assert any(p["class_or_confidence"] in DRAFT_LABELS for p in final[2]), "a copying prompt accepts drafts"
 
 
 def test_method_outside_the_list_is_refused(client):

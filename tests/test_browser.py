@@ -187,7 +187,7 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path, request
     page.locator("#shipped label").filter(has_text="ESP masks").click()
     expect(status).to_contain_text("recorded: trace_masks.json", timeout=HANG_MS)
     page.get_by_role("tab", name="Run").click()
-    expect(page.locator("#mask-plot .gtitle")).to_contain_text("Mask · step")
+    expect(page.locator("#mask-plot .gtitle")).to_contain_text("Attention pattern · step")
     page.screenshot(path=str(tmp_path / "features.png"), full_page=True)
 
 

@@ -9,15 +9,18 @@ import plotly.graph_objects as go
 import pytest
 
 from components.align_plot import GROUPS, align_figure, layer_stats
-from components.common import STATUS_COLORS, as_step, show_ws
+from components.common import (BONUS as BONUS_KIND, CORRECTION, OWN as OWN_KIND, STATUS_COLORS, as_step, own_kind,
+                               show_ws)
+from components import palette
 from components.compare_view import compare_figure, compare_rows
 from components.export import read_trace_json, trace_payload, write_trace_json
 from components.mask_plot import BLOCKED, ON_PATH, VISIBLE, mask_figure, mask_matrix, row_names
 from components.settings import RunSettings
-from components.stats import PHASES, accept_hist_figure, run_summary, stats_markdown, timing_figure
-from components.text_view import BONUS, DRAFT, token_sources
-from components.tree_plot import (LABEL_PX, MIN_PANEL_PX, accepted_path, labelled_nodes, short, tidy_layout,
-                                  tree_figure, tree_graph)
+from components.stats import CURRENT, PHASES, accept_hist_figure, run_summary, stats_markdown, timing_figure
+from components.text_view import (BONUS, COLOR_MAP, CORRECTION as CORRECTION_LABEL, DRAFT_LABELS, MODEL_LABELS,
+                                  OWN, token_sources)
+from components.tree_plot import (LABEL_PX, MARKS, MIN_PANEL_PX, accepted_path, labelled_nodes, short,
+                                  tidy_layout, tree_figure, tree_graph)
 from esp.errors import ESPError
 from esp.methods import build
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
@@ -102,7 +105,9 @@ def test_tree_figure_colours_labels_and_hover(hit):
         assert t.marker.color == STATUS_COLORS[status]
         assert len(t.x) == len(nodes)
         labels = [x for x in t.text if x]
-        assert set(labels) <= {f"{short(n.text)}<br>{n.cum_prob:.2f}" for n in nodes}  # two lines, below
+        # Two lines, below; the verdict said again by its mark (colour never works alone).
+        mark = MARKS.get(status, "")
+        assert set(labels) <= {f"{short(n.text)}<br>{n.cum_prob:.2f}{mark}" for n in nodes}
         if status in (ROOT, ACCEPTED):  # the root and the accepted path are always labelled
             assert len(labels) == len(nodes)
         # customdata: raw text, draft p, depth, cumulative p, node index
@@ -175,13 +180,35 @@ def test_alignment_empty_before_any_record(steps):
     assert not align_figure(steps, 0).data
 
 
-def test_text_view_labels_drafts_and_bonus(steps):
+def test_text_view_labels_drafts_and_the_models_own_tokens(steps):
     pairs = token_sources(steps)
     assert "".join(t for t, _ in pairs) == "".join(t for s in steps for t in s.emitted_text)
-    assert sum(label == DRAFT for _, label in pairs) == sum(len(s.accepted) for s in steps)
-    # Every step adds one bonus token, unless max_new_tokens cut it off (the last step here).
-    assert sum(label == BONUS for _, label in pairs) == sum(len(s.emitted) > len(s.accepted) for s in steps)
+    assert sum(label in DRAFT_LABELS for _, label in pairs) == sum(len(s.accepted) for s in steps)
+    # Every step adds one token of the model's own, unless max_new_tokens cut it off (the last step here): a
+    # correction after a rejected draft, a bonus after every draft was accepted, plain where nothing was drafted.
+    own = [label for _, label in pairs if label in MODEL_LABELS]
+    assert len(own) == sum(len(s.emitted) > len(s.accepted) for s in steps)
+    kinds = [own_kind(s) for s in steps if len(s.emitted) > len(s.accepted)]
+    assert own == [{CORRECTION: CORRECTION_LABEL, BONUS_KIND: BONUS}.get(k, OWN) for k in kinds]
+    assert own[0] == OWN and CORRECTION_LABEL in own  # the prefill drafts nothing; this run's walks stop on drafts
     assert len(token_sources(steps, 2)) == sum(len(s.emitted) for s in steps[:3])
+
+
+def test_own_kind_names_correction_and_bonus(steps):
+    def stop(step):  # the fed drafts under the walk's end
+        end = max((n for n in step.nodes if n.status in (ROOT, ACCEPTED)), key=lambda n: n.depth)
+        return [n for n in step.nodes if n.parent == end.index and n.row is not None]
+
+    step = next(s for s in steps if s.accepted and stop(s))
+    assert own_kind(step) == CORRECTION  # a draft under the walk's end was rejected
+    d = step.to_dict()
+    for n in stop(step):
+        d["nodes"][n.index]["status"] = PRUNED
+    assert own_kind(as_step(d)) == BONUS_KIND  # every draft checked on the path was accepted
+    for n in d["nodes"][1:]:
+        n["status"] = PRUNED
+    assert own_kind(as_step(d)) == OWN_KIND  # nothing fed: the model's own token, as plain decoding's
+    assert own_kind(steps[0]) == OWN_KIND  # the prefill
 
 
 def test_stats_numbers_and_figures(steps, hit):
@@ -192,7 +219,8 @@ def test_stats_numbers_and_figures(steps, hit):
     assert stats_markdown(s).rstrip().endswith(f"| {tokens - len(steps)} |")
     bars = accept_hist_figure(s, current=1).data[0]
     assert list(bars.y) == [s.accept_hist.get(x, 0) for x in bars.x]
-    assert bars.marker.color[1] == STATUS_COLORS["accepted"] and bars.marker.color[0] != bars.marker.color[1]
+    assert bars.marker.color[1] == CURRENT and bars.marker.color[0] != bars.marker.color[1]
+    assert bars.text[1] == "this step" and not bars.text[0]  # a label as well as a shade
     timing = timing_figure(steps, current=3)
     assert [t.name for t in timing.data] == list(PHASES)
     forward = _traces(timing)["forward"]
@@ -305,8 +333,17 @@ def test_sources_mark_tree_mask_and_text(hit):
     single = _wide_step(hit, [3], sources=["lookup"])
     assert [s for t in tree_figure(single).data if t.name == REJECTED for s in t.marker.symbol] == ["diamond"] * 2
     labels = [label for _, label in token_sources([single])]
-    assert labels[0] == BY_SOURCE["lookup"] and labels[-1] == BONUS
+    assert labels[0] == BY_SOURCE["lookup"] and labels[-1] in MODEL_LABELS
     assert [label for _, label in token_sources([step])][0] == AGREED
+    # One colour per source in the text, the tree's outlines and the attention pattern's row tags.
+    lookup = palette.SOURCES["lookup"]
+    assert COLOR_MAP[BY_SOURCE["lookup"]] == lookup
+    outlines = [c for t in tree_figure(single).data if t.name in (ACCEPTED, REJECTED) for c in t.marker.line.color]
+    assert set(outlines) == {lookup}
+    ticks = mask_figure(single).layout.yaxis.ticktext
+    assert sum(f'color:{lookup}">[L]' in t for t in ticks) == sum(n.row is not None for n in single.nodes[1:])
+    assert COLOR_MAP[AGREED] == palette.AGREED and f'color:{palette.AGREED}">[E+L]' in "".join(
+        mask_figure(step).layout.yaxis.ticktext)
 
 
 def test_text_view_folds_old_tokens(steps):

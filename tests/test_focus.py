@@ -50,7 +50,8 @@ def test_tree_outlines_the_node(hit):
     ring = fig.data[-1]
     assert ring.name == f"focus: node {node.index}"
     assert (ring.x[0], ring.y[0]) == tidy_layout(tree_graph(hit))[node.index]
-    widest = max(t.marker.line.width or 0 for t in fig.data[:-1] if t.mode and "markers" in t.mode)
+    widths = [t.marker.line.width or 0 for t in fig.data[:-1] if t.mode and "markers" in t.mode]
+    widest = max(w for x in widths for w in (x if isinstance(x, tuple) else [x]))
     assert ring.marker.line.width > widest and ring.marker.line.color == FOCUS_COLOR
 
 

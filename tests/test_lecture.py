@@ -12,8 +12,12 @@ from components.export import read_trace_json
 from components.lecture import lecture_html, markdown_html, write_lecture
 from components.step_words import step_words
 
+from lens_trace import with_lens
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "assets" / "trace_copy.json"  # 5 steps: a short play-through
+# A run with the Mask Lens and the verifier's eye (tests/lens_trace.py, until a shipped trace records them).
+LENS_TRACE = ROOT / "tests" / "data" / "trace_k2_bc30.json"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -40,7 +44,8 @@ def test_builds_every_step_with_no_external_reference(run):
     assert len(frames) == len(steps)
     for f, s in zip(frames, steps):
         assert f["tree"]["layout"]["title"]["text"].startswith(f"Draft tree · step {s.step}")
-        assert f["mask"]["layout"]["title"]["text"].startswith(f"Mask · step {s.step}")
+        assert f["mask"]["layout"]["title"]["text"].startswith(f"Attention pattern · step {s.step}")
+        assert f["eye"] is None and f["lens"] is None  # recorded without the lens: the page says so instead
         assert f["words"] == markdown_html(step_words(s, meta))
     assert re.search(r"<script[^>]*\bsrc=", page) is None and "<link" not in page  # nothing to fetch
     assert "Plotly" in page and f'max="{len(steps) - 1}"' in page
@@ -83,4 +88,52 @@ def test_plays_from_disk_offline(run, tmp_path):
         page.locator("body").press("ArrowRight")
         expect(page.locator("#step-label")).to_have_text(f"Step {last} of {last}")
         assert requested == []
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def lens_run():
+    meta, steps = read_trace_json(LENS_TRACE)
+    return meta, with_lens(steps)
+
+
+def test_every_step_carries_its_lens_and_eye(lens_run):
+    meta, steps = lens_run
+    frames = _frames(lecture_html(steps, meta))
+    for f, s in zip(frames, steps):
+        assert f["eye"]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
+        lens = f["lens"]["layout"]
+        assert lens["title"]["text"].startswith(f"Mask Lens · step {s.step}")
+        if not s.lens:  # the run's last step: its masks drafted nothing that was checked
+            assert "has no lens" in lens["annotations"][0]["text"]
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_the_lens_of_a_step_shows_from_disk(lens_run, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    meta, steps = lens_run
+    path = write_lecture(steps, meta, tmp_path / "lecture.html")
+    plain_meta, plain_steps = read_trace_json(TRACE)
+    plain = write_lecture(plain_steps, plain_meta, tmp_path / "plain.html")
+    step = next(s for s in steps[1:] if s.lens)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context()
+        context.set_offline(True)
+        page = context.new_page()
+        page.goto(path.as_uri())
+        expect = sync_api.expect
+        expect(page.locator("#step-label")).to_have_text(f"Step 0 of {len(steps) - 1}")
+        for _ in range(step.step):
+            page.locator("#next").click()
+        expect(page.locator("#lens .gtitle")).to_contain_text(f"Mask Lens · step {step.step}")
+        cells = sum(len(r.tokens) for r in step.lens)
+        assert page.locator("#lens .scatterlayer .textpoint").count() == cells  # a decoded token per layer and mask
+        expect(page.locator("#eye .gtitle")).to_contain_text(f"The verifier's eye · step {step.step}")
+        assert page.locator("#lens-note").is_hidden() and page.locator("#eye-note").is_hidden()
+        page.goto(plain.as_uri())  # recorded without the lens: one line says so
+        expect(page.locator("#lens-note")).to_be_visible()
+        expect(page.locator("#lens-note")).to_contain_text("No Mask Lens in this trace")
+        expect(page.locator("#eye-note")).to_contain_text("No verifier's eye in this trace")
         browser.close()

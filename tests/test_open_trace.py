@@ -27,7 +27,8 @@ for name in calls.TRACES:
     status, scrub, *views, kept = calls.open_shipped(name, session)
     figures = [v for v in views if isinstance(v, go.Figure)]
     out[name] = {{"status": status, "steps": len(session.steps), "figures": len(figures),
-                  "empty": sum(not f.data for f in figures), "views": len(views)}}
+                  "empty": sum(not f.data for f in figures), "views": len(views),
+                  "lens": any(s.lens for s in session.steps)}}
     for i in range(len(session.steps)):  # every step re-renders with every view
         shown.render(session, i)
 print(json.dumps(out))
@@ -50,8 +51,11 @@ def test_shipped_traces_render_every_view_without_a_model(opened):
     assert "trace_qwen05" in {p.stem for p in TRACES.values()}  # the paper's lesson: a bigger model
     for name, r in opened.items():
         assert r["status"].startswith("**Done**") and r["steps"] >= 3
-        assert r["views"] == len(VIEWS) and r["figures"] == 6  # tree, mask, align, hist, timing, cost
-        assert r["empty"] <= 1, name  # at most the alignment of a method without masks is a note
+        # tree, attention, align, hist, timing, cost, the verifier's eye, the Mask Lens grid, strip and run
+        assert r["views"] == len(VIEWS) and r["figures"] == 10
+        # At most the alignment of a method without masks is a note, and the lens views of a trace recorded
+        # without the lens (each says so in one line).
+        assert r["empty"] <= 1 + (0 if r["lens"] else 4), name
 
 
 def test_shipped_traces_are_small_and_record_masks():

@@ -164,7 +164,7 @@ def test_markup_in_an_opened_trace_shows_as_text_in_every_view(tmp_path):
     assert {text for text, _ in views["text"]} == {TOKEN}  # HighlightedText shows its text as text (browser test)
     focused = dict(zip(VIEWS, calls.show_step(session, 1, 1)[2:]))
     assert_text(focused["focus_note"], f"Node 1 '{TOKEN}'")
-    for name in ("tree", "mask", "align", "hist", "timing", "cost"):
+    for name in ("tree", "mask", "align", "hist", "timing", "cost", "eye", "lens", "commit", "lens_rank"):
         strings = figure_strings(views[name])
         assert not any(m in s for s in strings for m in MARKERS), (name, [s for s in strings if "<" in s][:5])
     tree = figure_strings(views["tree"])

@@ -85,6 +85,53 @@ CRAFTED = [
 ]
 
 
+def _lensed(d: dict) -> dict:
+    """The trace with valid Mask Lens, eye and target-rank records on steps 1 and 2 (3 layers), ready to be
+    malformed."""
+    one, two = d["steps"][1], d["steps"][2]
+    a, b = one["emitted"][0], two["emitted"][0]
+    one["eye"] = [[t, 0.5, 7, 0.25] for t in one["emitted"]]
+    one["nodes"][1].update(target_rank=1, target_p=0.5)
+    one["lens"] = [{"j": 1, "position": one["nodes"][0]["position"] + 1, "tokens": [[a, b] for _ in range(3)],
+                    "probs": [[0.5, 0.2] for _ in range(3)], "texts": {str(a): "a", str(b): "b"}}]
+    two["lens_real"] = [{"source_step": 1, "j": 1, "token": b, "text": "b", "accepted": False, "prob": [0.2] * 3,
+                         "rank": [2] * 3}]
+    return d
+
+
+def _lens(path: str, value):
+    """_set on a trace that carries lens records (paths into steps 1 and 2 as `_lensed` writes them)."""
+    def apply(d: dict) -> None:
+        _set(path, value)(_lensed(d))
+    return apply
+
+
+def _many_lens_records(d: dict) -> None:
+    _lensed(d)["steps"][1]["lens"] *= 65
+
+
+LENS_CRAFTED = [
+    ("more lens tokens per layer than LENS_TOP", _lens("steps.1.lens.0.tokens.0", [1, 2, 3, 4, 5, 6]), "at most 5"),
+    ("more lens layers than MAX_LAYERS", _lens("steps.1.lens.0.tokens", [[1]] * 300), "at most 256 items"),
+    ("lens probabilities of another shape", _lens("steps.1.lens.0.probs", [[0.5]] * 3), "one probability per token"),
+    ("a lens probability above 1", _lens("steps.1.lens.0.probs.0.0", 3.0), "steps[1].lens[0].probs[0][0]"),
+    ("a lens text too long", _lens("steps.1.lens.0.texts", {"7": "x" * 1000}), "at most 256 characters"),
+    ("a lens text for an id it does not list", _lens("steps.1.lens.0.texts", {"7": "x"}), "does not list"),
+    ("a lens text keyed by markup", _lens("steps.1.lens.0.texts", {"<b>1</b>": "x"}), "steps[1].lens[0].texts"),
+    ("a lens token outside any vocabulary", _lens("steps.1.lens.0.tokens.1.0", MAX_VOCAB + 5),
+     "steps[1].lens[0].tokens[1][0]"),
+    ("too many lens records", _many_lens_records, "at most 64 items"),
+    ("a resolved record with ranks of another length", _lens("steps.2.lens_real.0.rank", [2]), "one rank per"),
+    ("a rank of 0", _lens("steps.2.lens_real.0.rank.0", 0), "steps[2].lens_real[0].rank[0]"),
+    ("a resolved record's text as a number", _lens("steps.2.lens_real.0.text", 5), "steps[2].lens_real[0].text"),
+    ("an eye row that is not id / probability pairs", _lens("steps.1.eye.0", [1.5, 0.2]), "eye rows alternate"),
+    ("an eye row longer than LENS_TOP pairs", _lens("steps.1.eye.0", [1, 0.1] * 6), "at most 10 items"),
+    ("more eye rows than emitted tokens", _lens("steps.1.eye", [[1, 0.5]] * 5), "eye rows for"),
+    ("a target rank as text", _lens("steps.1.nodes.1.target_rank", "1"), "steps[1].nodes[1].target_rank"),
+    ("a target probability as NaN", _lens("steps.1.nodes.1.target_p", float("nan")), "NaN is not a number"),
+]
+
+
 def _write(tmp_path: Path, data, name: str = "crafted.json") -> str:
     path = tmp_path / name
     if isinstance(data, bytes):
@@ -124,6 +171,28 @@ def test_a_crafted_trace_is_refused_in_one_line_and_the_session_is_unchanged(sho
     before = (shown.steps, copy.deepcopy(shown.meta))
     out = calls.open_trace(_write(tmp_path, data), shown)
     _assert_refused(out, shown, before, needle)
+
+
+@pytest.mark.parametrize("what, craft, needle", LENS_CRAFTED, ids=[c[0] for c in LENS_CRAFTED])
+def test_a_crafted_lens_record_is_refused_in_one_line(shown, tmp_path, what, craft, needle):
+    data = copy.deepcopy(TRACE)
+    craft(data)
+    before = (shown.steps, copy.deepcopy(shown.meta))
+    out = calls.open_trace(_write(tmp_path, data), shown)
+    _assert_refused(out, shown, before, needle)
+
+
+def test_a_trace_with_lens_records_opens_and_shows_them(tmp_path):
+    session = Session()
+    out = calls.open_trace(_write(tmp_path, _lensed(copy.deepcopy(TRACE))), session, 1)
+    assert out[0].startswith("**Done**"), out[0]
+    step = session.steps[1]
+    assert step.lens[0].texts == {step.lens[0].tokens[0][0]: "a", step.lens[0].tokens[0][1]: "b"}  # ids again
+    assert session.steps[2].lens_real[0].rank == [2, 2, 2] and step.nodes[1].target_rank == 1
+    from explorer.views import VIEWS
+
+    views = dict(zip(VIEWS, out[2:-1]))
+    assert views["lens"].data and views["eye"].data  # drawn, not a note
 
 
 @pytest.mark.parametrize("text, needle", [
