@@ -5,8 +5,8 @@ The door stands in front of the queue's `push`, which every queued request passe
 gradio_client, plain HTTP), and refuses, with one line naming the limit and when to try again, before
 anything is queued:
 - a run (the model's events: Run, Compare, What-if) from a unit that already has one queued or running; the
-  unit is the browser session, or the user where the Space knows who is signed in (Hugging Face sign-in:
-  `username`), or, for calls naming no session, the visitor's sessionless calls together;
+  unit is the browser session, or the user where the Space knows who is signed in (Hugging Face sign-in, or
+  Gradio's own login: `signed_in`), or, for calls naming no session, the visitor's sessionless calls together;
 - a view (any other event: scrub, Play, Focus, opening a trace, export) from a session that already has
   LIMITS.session_renders of them queued or running;
 - and, as ceilings against abuse sized for a class behind one school address: a visitor's
@@ -172,7 +172,8 @@ class Door:
             who = self.visitor_of(event.request)
             # Gradio names a call that sent no session by the event's own id.
             session = None if event.session_hash == event._id else event.session_hash
-            self._callers[event] = Caller(who, unit_of(who, session, event.username), unit_of(who, session))
+            user = signed_in(event.request, event.username)
+            self._callers[event] = Caller(who, unit_of(who, session, user), unit_of(who, session))
         return self._callers[event]
 
     def check(self, kind: str | None, session: str | None, request: Any, username: str | None = None) -> tuple | None:
@@ -188,6 +189,7 @@ class Door:
         who = self.visitor_of(request)
         if self.limits.local_unlimited and is_local(who):
             return None
+        username = signed_in(request, username)
         limit, unit, page = self.limits, unit_of(who, session, username), unit_of(who, session)
         events = [(e, running, self.caller(e)) for e, running in self._events()]
         mine = [(e, running, c) for e, running, c in events if c.visitor == who]
@@ -268,6 +270,21 @@ class Door:
     def _refuse(who: str, message: str) -> None:
         log.info("refused a request from %s: %s", who, message)
         raise HTTPException(status_code=TOO_MANY, detail=refusal_line(message, "toast"))
+
+
+def signed_in(request: Any, username: str | None = None) -> str | None:
+    """The user a request is signed in as: Gradio's own login (`username`, as the queue passes it), else Hugging
+    Face sign-in (a Space with `hf_oauth`: the name in the OAuth session, which Gradio keeps in a signed cookie
+    and drops once expired); None when nobody is."""
+    if username:
+        return username
+    scope = getattr(request, "scope", None)
+    session = scope.get("session") if isinstance(scope, dict) else None
+    info = session.get("oauth_info") if isinstance(session, dict) else None
+    if not isinstance(info, dict) or (info.get("expires_at") or math.inf) < time.time():
+        return None
+    name = (info.get("userinfo") or {}).get("preferred_username")
+    return str(name) if name else None
 
 
 def unit_of(who: str, session: str | None, username: str | None = None) -> str:

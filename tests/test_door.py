@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Iterator
 
+import gradio as gr
 import httpx
 import pytest
 from fastapi import HTTPException
@@ -27,7 +28,7 @@ from gradio_client.utils import QueueError, Status
 from app_server import Paced, Replay, gpu_mode
 from components.limits import Limits
 from esp.errors import ESPError
-from explorer.door import FREE, RUNS, Door, is_local, visitor
+from explorer.door import FREE, RUNS, Door, is_local, signed_in, visitor
 from explorer.fair import FairOrder
 
 PROMPT = "Count from 1 to 10."
@@ -134,8 +135,11 @@ class FakeQueue:
         return sum(len(q.queue) for q in self.event_queue_per_concurrency_id.values())
 
 
-def request(address: str) -> SimpleNamespace:
-    return SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"),
+def request(address: str, hf_user: str | None = None, expires_at: float | None = None) -> SimpleNamespace:
+    """What the door reads of a request from `address` through a trusted proxy, signed in with Hugging Face
+    as `hf_user` (its OAuth session, as Gradio keeps it) if given."""
+    session = {"oauth_info": {"userinfo": {"preferred_username": hf_user}, "expires_at": expires_at}} if hf_user else {}
+    return SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), scope={"session": session},
                            headers=SimpleNamespace(getlist=lambda name: [address]))
 
 
@@ -176,7 +180,8 @@ def running(door, event: FakeEvent) -> None:
 
 
 SCHOOL, HOME = "198.51.100.1", "203.0.113.1"
-ONE_RUN = "⚠️ This page already has a run queued or running on this server: wait for it to end (or press Stop), then run again."
+ONE_RUN = ("⚠️ This page already has a run queued or running on this server: wait for it to end (or press Stop), "
+           "then run again.")
 
 
 def test_each_session_has_one_run_queued_or_running_and_stop_always_passes(door):
@@ -202,6 +207,23 @@ def test_a_signed_in_user_is_the_unit_in_place_of_the_session(door):
     assert refused(door, RUNS, "s2", HOME, username="ada") is not None  # from another address too
     waiting(door, RUNS, SCHOOL, "s3", username="alan")  # another user behind the same address
     waiting(door, RUNS, SCHOOL, "s4")  # and a session with nobody signed in
+
+
+def test_hugging_face_sign_in_names_the_user():
+    assert signed_in(request(SCHOOL, hf_user="grace", expires_at=time.time() + 60)) == "grace"
+    assert signed_in(request(SCHOOL, hf_user="grace", expires_at=time.time() - 1)) is None  # expired: nobody
+    assert signed_in(request(SCHOOL)) is None and signed_in(SimpleNamespace()) is None
+    assert signed_in(request(SCHOOL, hf_user="grace"), "ada") == "ada"  # Gradio's own login first
+    door = gate()
+    event = FakeEvent(RUNS, SCHOOL, "s1")
+    event.request = request(SCHOOL, hf_user="grace")
+    door._queue.event_queue_per_concurrency_id[RUNS].queue.append(event)  # her run waits, sent from one tab
+    try:  # her other tab, from another address
+        door.check(RUNS, "s9", request(HOME, hf_user="grace"))
+    except HTTPException as e:
+        assert e.detail.startswith("⚠️ You (signed in as grace) already have a run queued or running")
+    else:
+        pytest.fail("a second run of a signed-in user was let in")
 
 
 def test_a_session_draws_at_most_its_own_views_at_once(door):
@@ -277,6 +299,26 @@ def test_the_servers_own_machine_is_a_visitor_unless_the_operator_lifts_its_limi
     assert refused(door, "views", "lx", "127.0.0.1") is None
     assert refused(door, "views", "x", "198.51.100.9") is None
     assert Limits.from_env({"ESP_APP_LOCAL_UNLIMITED": "1"}).local_unlimited and not Limits.from_env({}).local_unlimited
+
+
+# ---------------------------------------------------------------- recorded runs never wait for the model
+
+def test_only_the_runs_wait_for_the_model_and_whatifs_stored_side_is_drawn_without_it():
+    """Every event of the page but Run, Compare and What-if (opening a trace, scrubbing, Play, Focus, a room's
+    step, What-if's stored side...) has a concurrency group other than the model's, so none waits behind a run."""
+    import app
+    from explorer import calls
+    from explorer.calls import open_shipped
+    from explorer.session import Session
+
+    demo = app.build_app()
+    assert {fn.name for fn in demo.fns.values() if fn.concurrency_id == RUNS} == {"generate", "compare", "whatif"}
+    stored = [fn for fn in demo.fns.values() if fn.name == "whatif_stored"]
+    assert len(stored) == 1 and stored[0].concurrency_id == app.RENDER["concurrency_id"]
+    session = open_shipped("trace_masks", Session())[-1]
+    figure = calls.whatif_stored(3, session)
+    assert figure.layout.title.text == calls.tree_figure(session.steps[3]).layout.title.text
+    assert calls.whatif_stored("x", session) == gr.skip() and calls.whatif_stored(3, Session()) == gr.skip()
 
 
 # ---------------------------------------------------------------- the fair order
@@ -406,6 +448,9 @@ def test_a_caller_with_40_sessions_gets_no_more_turns_than_5_addresses_with_one_
         assert jobs["caller", 1].status().rank == 5
         caller[0].predict(api_name="/stop")
         order = start_order(jobs, ("caller", 3))
+        # Once runs have finished here, a waiting run is told an estimate besides its place.
+        later = jobs["caller", 30].status()
+        assert later.code == Status.IN_QUEUE and later.rank > 0 and later.eta and later.eta > 0
         assert order[:4] == [("caller", 0), ("other", 0), ("other", 1), ("other", 2)]
         assert order.index(("other", 4)) < order.index(("caller", 3)), order  # the bar: every one of them first
         assert all(jobs[key].result(timeout=120)[0].startswith("**Done**") for key in order[1:7])
