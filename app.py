@@ -20,7 +20,7 @@ from components.compare_view import COLUMNS
 from components.size_view import size_figure, size_sentences
 from components.text_view import COLOR_MAP
 from components.trace_schema import MAX_TRACE_BYTES
-from explorer import calls, door, gpu, lesson
+from explorer import calls, door, gpu, lesson, room
 from explorer import requests as rq
 from explorer.calls import KNOB_INFO, TRACES
 from explorer.requests import LIMITS
@@ -49,6 +49,11 @@ TAB_JS = "() => {{ if (window.espExplorer?.linked) window.espExplorer.setState({
 # The tour's spotlight waits for its view to exist (a tab that just opened renders a moment later).
 SPOTLIGHT_JS = ("(v) => { let n = 0; const go = () => window.espExplorer?.spotlight(v) || ++n > 30 "
                 "|| setTimeout(go, 100); setTimeout(go, 50); }")
+# The lesson room (explorer.room): the class link is built in the page from the room's id (the server does not
+# know the address the page was reached by); scrubbing, or anything else that picks a step or a run, stops
+# following the presenter (the Follow box unticked, the last step asked for forgotten).
+ROOM_LINK_JS = "(id) => id ? `${location.origin}${location.pathname}?room=${id}` : ''"
+UNFOLLOW_JS = "() => [false, null]"
 OFFER_JS = ("() => window.espExplorer?.firstVisit() ? 'New here? Press **Tour** for a walk through the views, "
             "stop by stop (no model needed).' : ''")
 
@@ -98,6 +103,7 @@ def build_app() -> gr.Blocks:
     with gr.Blocks(title="ESP Explorer", delete_cache=DELETE_CACHE) as demo:
         page = SimpleNamespace(session=gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=free_session))
         _header(page)
+        _room_controls(page)
         with gr.Row():
             _controls(page)
             with gr.Column(scale=3, min_width=320, elem_id="views"):
@@ -110,6 +116,7 @@ def build_app() -> gr.Blocks:
         _wire_stored_steps(page)
         _wire_traces(page, demo)
         _wire_header(page)
+        _wire_room(page)
     count_checked(demo)
     return demo
 
@@ -154,6 +161,24 @@ def _header(page: SimpleNamespace) -> None:
     page.trace_key = gr.Textbox(visible="hidden", elem_id="trace-key")  # the shown shipped trace's name in a link
     page.playing = gr.State(False)
     page.timer = gr.Timer(1 / lesson.SPEED, active=False)
+
+
+def _room_controls(page: SimpleNamespace) -> None:
+    """The lesson room (explorer.room): Start and End and the class link for the page that presents, the
+    Follow box for a page opened from that link, and the hidden values its timer passes along."""
+    page.room = gr.State(None)
+    with gr.Row(elem_id="room-row", equal_height=True):
+        page.room_start = gr.Button("Start a lesson room", elem_id="room-start", size="sm", min_width=140, scale=0)
+        page.room_link = gr.Textbox(label="Class link: every page that opens it follows this page's step",
+                                    elem_id="room-link", visible=False, interactive=False, buttons=["copy"], scale=3)
+        page.room_end = gr.Button("End the room", elem_id="room-end", size="sm", visible=False, min_width=100,
+                                  scale=0)
+        page.follow = gr.Checkbox(True, label="Follow the presenter", elem_id="follow", visible=False, scale=0,
+                                  min_width=180)
+    page.room_note = gr.Markdown(elem_id="room-note")
+    page.room_id = gr.Textbox(visible="hidden", elem_id="room-id")
+    page.room_step = gr.Number(None, visible="hidden", elem_id="room-step")
+    page.room_timer = gr.Timer(room.FOLLOW_S, active=False)
 
 
 def _controls(page: SimpleNamespace) -> None:
@@ -333,8 +358,12 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
     page.stop.click(calls.request_stop, [page.session], None, queue=False, api_name="stop", show_progress="hidden",
                     concurrency_id=door.FREE, concurrency_limit=None)
     page.stop.click(None, page.status, page.status, js=STOPPING_JS, queue=False, api_visibility="private")
+    # The stored side is drawn at once, without the model; the what-if waits its turn (its place on its note).
+    page.whatif_btn.click(calls.whatif_stored, [page.scrub, page.session], page.whatif_orig, api_visibility="private",
+                          show_progress="hidden", **checked_by_us(**RENDER))
     page.whatif_btn.click(calls.whatif, [page.scrub, *knobs, page.method, page.dtype, page.session],
-                          [page.whatif_note, page.whatif_orig, page.whatif_alt], api_name="whatif", **model)
+                          [page.whatif_note, page.whatif_orig, page.whatif_alt], api_name="whatif",
+                          show_progress_on=[page.whatif_note, page.whatif_alt], **model)
 
 
 def _wire_stored_steps(page: SimpleNamespace) -> None:
@@ -386,7 +415,8 @@ def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
                                             **checked_by_us(api_visibility="private", **RENDER)))
     # A recorded run is on screen as soon as the page opens, before any model is warm: the one the link
     # names (?trace=trace_masks&step=7&tab=run), or the first shipped one.
-    loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs], api_visibility="private", **RENDER)
+    loaded = page.loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs], api_visibility="private",
+                                     **RENDER)
     _then_controls(page, loaded)
     loaded.then(None, js=LINKED_JS)
     demo.load(None, None, page.tour_offer, js=OFFER_JS)
@@ -409,13 +439,36 @@ def _wire_header(page: SimpleNamespace) -> None:
     page.tour_end.click(None, js="() => { window.espExplorer?.clearSpotlight(); }")
 
 
+def _wire_room(page: SimpleNamespace) -> None:
+    """The lesson room: starting and ending it, a room link opened (after the page's own link), the presenter's
+    step kept in the room, and a follower's page following it (a tick outside the queue asks for the step; the
+    views come as for any scrub) until its student scrubs."""
+    private = {"api_visibility": "private", "show_progress": "hidden"}
+    controls = [page.room, page.room_id, page.room_note, page.room_end, page.room_link, page.follow, page.room_timer]
+    page.room_start.click(room.start, [page.session, page.room, page.scrub], controls,
+                          **checked_by_us(**private, **RENDER))
+    page.room_end.click(room.end, page.room, controls, **checked_by_us(**private, **RENDER))
+    page.room_id.change(None, page.room_id, page.room_link, js=ROOM_LINK_JS)
+    _then_controls(page, page.loaded.then(room.join, page.session, [*_opened(page), *controls], **private, **RENDER))
+    page.scrub.change(room.present, [page.room, page.session, page.scrub], None,
+                      **checked_by_us(queue=False, **private))
+    page.room_timer.tick(room.poll, [page.room, page.follow, page.scrub],
+                         [page.room_step, page.room_note, page.room_timer], **checked_by_us(queue=False, **private))
+    page.room_step.change(room.follow, [page.session, page.room, page.room_step], _opened(page),
+                          **checked_by_us(**private, **RENDER))
+    for picked in (page.scrub.release, page.prev.click, page.nxt.click, page.goto.submit, page.play.click,
+                   page.run.click, page.shipped.input, page.trace_file.upload, page.tour_btn.click):
+        picked(None, None, [page.follow, page.room_step], js=UNFOLLOW_JS)
+
+
 def queued(demo: gr.Blocks) -> gr.Blocks:
     """`demo` with the server's queue: at most LIMITS.queue_size requests waiting (all events together);
     one more gets Gradio's one-line busy answer (the page: "This application is currently busy. Please
     try again."; gradio_client: QueueError "Queue is full! Please try again."; HTTP 503). In front of it,
-    the door (explorer.door): each visitor's share of the queue, its runs and its sessions, and Stop's way
-    past a full queue."""
-    gate = door.Door(LIMITS, SESSION_TTL_S)
+    the door (explorer.door): one run per session, the views' own limit per session, each visitor's ceilings
+    (runs, share of the queue, sessions), the runs served in turn (explorer.fair), and Stop's way past a full
+    queue."""
+    gate = door.Door(LIMITS)
     demo.unload(gate.unload)  # a closed page's session no longer counts for its visitor
     demo.queue(max_size=LIMITS.queue_size, default_concurrency_limit=1)
     gate.install(demo)

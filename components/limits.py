@@ -4,9 +4,10 @@ shares its one model among visitors (queue, sessions, Compare's tokens, concurre
 Set by environment variables, read once at start: ESP_APP_MODELS (comma-separated names: 'embedded', Hub
 ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_MAX_COMPARE_TOKENS,
 ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_THREADS, ESP_APP_VISITOR_RUNS,
-ESP_APP_VISITOR_WAITING, ESP_APP_VISITOR_SESSIONS and ESP_APP_TRUSTED_PROXIES (comma-separated addresses or
-networks). docs/SECURITY.md lists every cap and where it is enforced. The CLI and the benchmark do not go through these limits: they load
-any id or folder they are given.
+ESP_APP_VISITOR_WAITING, ESP_APP_VISITOR_SESSIONS, ESP_APP_SESSION_RENDERS, ESP_APP_SESSION_IDLE_S, ESP_APP_ROOMS,
+ESP_APP_VISITOR_ROOMS, ESP_APP_ROOM_TTL_S and ESP_APP_TRUSTED_PROXIES (comma-separated addresses or networks).
+docs/SECURITY.md lists every cap and where it is enforced. The CLI and the benchmark do not go through these
+limits: they load any id or folder they are given.
 """
 from __future__ import annotations
 
@@ -58,13 +59,14 @@ class Limits:
     max_new_tokens: int = 512
     # Compare decodes the prompt once per registered method: methods x max new tokens, at most this.
     max_compare_tokens: int = 1024
-    # Requests waiting in the queue at once (every queued event counts); more get Gradio's "busy" answer.
-    queue_size: int = 16
+    # Requests waiting in the queue at once (every queued event counts); more get Gradio's "busy" answer. It
+    # holds a class: every one of visitor_sessions sessions with its run waiting, and their views besides.
+    queue_size: int = 256
     # Browser sessions whose state the server keeps (Gradio's state_session_capacity; the oldest go first).
     max_sessions: int = 256
     # Sessions holding a run's steps (the heavy part: up to max_new_tokens + 1 steps of <= 120 x 121 mask
     # cells each); beyond this the least recently used one's steps are let go (explorer.session).
-    held_runs: int = 32
+    held_runs: int = 64
     # Events re-rendering stored steps (scrub, play, focus, tour, open a trace) at once; exports at once.
     # The model's events run one at a time (concurrency_id "model").
     render_concurrency: int = 2
@@ -75,10 +77,22 @@ class Limits:
     threads: int = max(1, (os.cpu_count() or 1) - 1)
     # Per visitor (one address, explorer.door), checked before anything is queued: runs (Run, Compare,
     # What-if) queued or running; requests of any kind waiting in the queue (its share of queue_size); and
-    # sessions open. With these, one address opening many sessions cannot fill the queue for everyone else.
-    visitor_runs: int = 2
-    visitor_waiting: int = 4
-    visitor_sessions: int = 8
+    # sessions open. A school's class reaches the server through one address (NAT), so these are ceilings
+    # against abuse sized for a class: each session has at most one run queued or running, and the runs are
+    # served in turn across visitors and sessions (explorer.fair), so more sessions buy no more turns.
+    visitor_runs: int = 64
+    visitor_waiting: int = 128
+    visitor_sessions: int = 64
+    # Per session: views being drawn (scrub, Play, Focus, opening a trace: no model) queued or running.
+    session_renders: int = 4
+    # Seconds without a queued request after which a session stops counting against its visitor's sessions
+    # (holding pages open to keep places gains nothing); its next request counts it again.
+    session_idle_s: int = 600
+    # Lesson rooms (explorer.room): at most this many at once on the server, this many opened per visitor,
+    # each ending this many seconds after it opened (and all of them with the server: memory only).
+    rooms: int = 8
+    visitor_rooms: int = 2
+    room_ttl_s: int = 4 * 3600
     # The proxies whose X-Forwarded-For names the visitor (addresses or networks); from anyone else the
     # header is ignored. Default: none, or SPACE_PROXIES on a Space.
     trusted_proxies: tuple[str, ...] = ()
@@ -99,7 +113,8 @@ class Limits:
         numbers = {name: _int(env, f"ESP_APP_{name.upper()}", getattr(cls, name))
                    for name in ("max_prompt_tokens", "max_new_tokens", "max_compare_tokens", "queue_size",
                                 "max_sessions", "held_runs", "threads", "visitor_runs", "visitor_waiting",
-                                "visitor_sessions")}
+                                "visitor_sessions", "session_renders", "session_idle_s", "rooms", "visitor_rooms",
+                                "room_ttl_s")}
         proxies = env.get("ESP_APP_TRUSTED_PROXIES")
         proxies = SPACE_PROXIES if proxies is None and env.get("SPACE_ID") else (proxies or "").split(",")
         return cls(tuple(dict.fromkeys(listed)), **numbers, trusted_proxies=_networks(proxies),

@@ -13,7 +13,7 @@ import time
 from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 
@@ -361,6 +361,16 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
         return refusal(out["error"], 3, "whatif")
     alt = StepTrace.from_dict(out["step"])
     return whatif_table(session, session.steps[i], alt, settings), tree_figure(session.steps[i]), tree_figure(alt)
+
+
+def whatif_stored(step: Any, session: Session | None):
+    """What-if's stored side, drawn at once without the model while the what-if waits its turn for it: the
+    stored step's tree; nothing when there is no such step (the what-if's own answer says why)."""
+    try:
+        i = stored_step(session, STEP.parse(step))
+    except ESPError:
+        return gr.skip()
+    return tree_figure(session.steps[i])
 
 
 def check_replay(lm: LM, meta: dict, steps: list[StepTrace]) -> None:

@@ -1,12 +1,21 @@
 """Start the app in-process for the API and browser tests (the model is loaded before launch), in-process
-or under the ZeroGPU emulation (GPU calls in forked workers; see explorer/emulation.py)."""
+or under the ZeroGPU emulation (GPU calls in forked workers; see explorer/emulation.py); the paced and the
+replaying engines of the door's tests; and `python tests/app_server.py`, the app as `python app.py` serves it
+with the replaying engine (tests/test_class.py)."""
 from __future__ import annotations
 
 import os
+import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script, the app's packages are found from the checkout
+from esp.decoding.engine import Decoder  # noqa: E402 - after the path above
 
 # The two ways the app's GPU functions run in the tests: here, or as ZeroGPU runs them (emulated).
 MODES = ["local", pytest.param("emulated", marks=pytest.mark.zerogpu)]
@@ -58,3 +67,54 @@ def serve(mode: str | None = None) -> Iterator[str]:
         finally:
             demo.close()
             torch.set_num_threads(threads)  # the rest of the test session keeps its own setting
+
+
+class Paced(Decoder):
+    """The engine with a pause after each step, as long as the tokens it emitted, so that a long run holds the
+    model for minutes whatever the machine's speed and the drafts' length (a fast run once finished it while
+    a test still counted). Stop is read between steps, so it still ends within one."""
+
+    pace_s = 0.25  # per emitted token: a run of 400 tokens takes at least 100 s
+
+    def stream(self, ids, n_prompt=None):
+        for step in super().stream(ids, n_prompt):
+            yield step
+            time.sleep(self.pace_s * max(len(step.emitted), 1))
+
+
+class Replay(Decoder):
+    """A fake engine for the door's tests: the steps of a recorded run (assets/trace_masks.json, recorded on the
+    embedded model) one every `pace_s`, until `max_new_tokens` are emitted or the recording ends, instead of
+    decoding; a run then costs the machine next to nothing and lasts as long as the test wants."""
+
+    pace_s = 0.1
+    _steps: list = []
+
+    def stream(self, ids, n_prompt=None):
+        if not Replay._steps:
+            from components.export import read_trace_json
+
+            Replay._steps = read_trace_json(ROOT / "assets" / "trace_masks.json")[1]
+        emitted = 0
+        for step in Replay._steps:
+            time.sleep(self.pace_s)
+            yield step
+            emitted += len(step.emitted)
+            if emitted >= self.max_new_tokens:
+                return
+
+
+def serve_replayed() -> None:
+    """`python app.py` with the replaying engine (its pace: ESP_TEST_PACE_S seconds a step) and no warm-up sweep
+    of the cost curve (a run needs the model only to read its prompt)."""
+    import app
+    from explorer import calls, worker
+
+    Replay.pace_s = float(os.environ.get("ESP_TEST_PACE_S", Replay.pace_s))
+    worker.Decoder = Replay
+    calls.ready_process = lambda name: calls.load_model(name)
+    app.main()
+
+
+if __name__ == "__main__":
+    serve_replayed()

@@ -1,0 +1,96 @@
+"""Issue 38: a teacher's lesson room in a real browser. Two pages on one in-process server: the presenter
+opens a shipped trace and starts a room; the follower opens the class link and shows the presenter's step,
+follows it as the presenter moves, stops following when it scrubs on its own, and follows again when its
+Follow box is ticked. Timeouts are hang guards; the one wait is the follower's tick period, to show that an
+unticked page stays where its student put it."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from app_server import serve
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+HANG_MS = 60_000
+LINK = re.compile(r"\?room=[A-Za-z0-9_-]{22}$")
+
+
+@pytest.fixture(scope="module")
+def site():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with serve("local") as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield url, browser
+        browser.close()
+
+
+def new_page(browser, url: str):
+    page = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    page.goto(url)
+    page.wait_for_function("() => window.espExplorer !== undefined", timeout=HANG_MS)
+    return page
+
+
+def step_shown(page) -> int:
+    return int(float(page.locator("#scrub input[type=range]").input_value()))
+
+
+def expect_step(page, n: int) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#tree-plot .gtitle")).to_contain_text(f"step {n}", timeout=HANG_MS)
+    expect(page.locator("#scrub input[type=range]")).to_have_value(str(n), timeout=HANG_MS)
+
+
+def go_to(page, n: int) -> None:
+    """The presenter types a step into the Go-to box."""
+    box = page.locator("#goto input[type=number]")
+    box.fill(str(n))
+    box.press("Enter")
+    expect_step(page, n)
+
+
+def test_a_follower_follows_the_presenters_step_until_it_scrubs(site):
+    from playwright.sync_api import expect
+
+    from explorer import room
+
+    url, browser = site
+    teacher = new_page(browser, url.rstrip("/") + "/?trace=trace_masks&step=10")
+    expect_step(teacher, 10)
+    teacher.click("#room-start")
+    link = teacher.locator("#room-link input, #room-link textarea").first
+    expect(link).to_have_value(LINK, timeout=HANG_MS)
+    room_id = link.input_value().rsplit("=", 1)[1]
+
+    student = new_page(browser, link.input_value())
+    follow = student.locator("#follow input[type=checkbox]")
+    expect(follow).to_be_checked(timeout=HANG_MS)
+    expect_step(student, 10)  # the room's run at the presenter's step
+    teacher.click("#next")
+    expect_step(teacher, 11)
+    expect_step(student, 11)  # the follower follows
+    go_to(teacher, 5)
+    expect_step(student, 5)
+
+    student.click("#next")  # the student scrubs on its own: it stops following
+    expect_step(student, 6)
+    expect(follow).not_to_be_checked()
+    go_to(teacher, 12)
+    deadline = time.monotonic() + HANG_MS / 1000
+    while room.ROOMS.get(room_id).step != 12 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert room.ROOMS.get(room_id).step == 12
+    student.wait_for_timeout(3000 * room.FOLLOW_S)  # three of its ticks
+    assert step_shown(student) == 6
+
+    follow.check()  # ticked again: it follows the presenter again
+    expect_step(student, 12)
+    teacher.click("#room-end")
+    expect(student.locator("#room-note")).to_contain_text("has ended", timeout=HANG_MS)
