@@ -31,6 +31,9 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
     assert list(res) == ["ar", "esp:k=1:bc=10", "pld", bench.GENERATE]
     assert meta["protocol"] == COLD and set(meta["protocols"].values()) == {COLD}
     assert meta["curve"]["q"][0] == 1 and bench.GENERATE in meta["methods"]
+    made = meta["provenance"]  # where, when and how (esp.bench.provenance), for docs/BENCHMARKS.md's headings
+    assert made["command"].startswith("python -m esp.bench --questions ") and "--reference" in made["command"]
+    assert made["date"].endswith("Z") and made["machine"]["cores"] >= 1 and made["machine"]["torch"]
     for m, r in res.items():
         assert "speedup_vs_generate" in r and r["lossless"]
         if m == bench.GENERATE:
