@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -177,11 +178,17 @@ def render(root: Path = RESULTS) -> str:
     return "\n\n".join([INTRO] + [section(e, manifest, root) for e in manifest["tables"]]) + "\n"
 
 
-def figures(text: str, tables_only: bool = True) -> set[str]:
-    """Every figure in a page's table rows and figure bars (or, not `tables_only`, anywhere in `text`), as a reader
-    quotes it: '1.53x', '1.59', '90%'. The page's own figures come only from results files, not from its notes."""
-    lines = [x for x in text.splitlines() if not tables_only or x.startswith("|") or "█" in x]
-    return {f for x in lines for f in t.FIGURE.findall(x)}
+def figures(text: str) -> set[str]:
+    """Every figure in a page's table rows and figure bars, as a reader quotes it: '1.53x', '1.59', '90%' (the page's
+    notes are not measurements)."""
+    return {f for x in text.splitlines() if x.startswith("|") or "█" in x for f in t.FIGURE.findall(x)}
+
+
+def quoted(text: str) -> set[str]:
+    """The figures a Markdown text quotes: every one in its table rows, and every speed-up or percentage ('1.53x',
+    '90%') in its prose; front matter, code blocks, versions and identifiers are not figures."""
+    body = re.sub(r"```.*?```", "", re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S), flags=re.S)
+    return figures(body) | {f for x in body.splitlines() if not x.startswith("|") for f in t.RATE.findall(x)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,8 @@ from esp.bench.run import table as bench_table
 
 SLACK = 1.5
 # A figure as a reader quotes it: '1.53x', '90%', '+10.2%' (as '10.2%'), '1.59'; not a version (3.12.12) nor a size (0.5B).
-FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[x%](?!\w|\.\d)|(?<![\w.])\d+\.\d+(?!\w|\.\d|%)")
+RATE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[x%](?!\w|\.\d)")  # a speed-up or a share: what prose quotes
+FIGURE = re.compile(RATE.pattern + r"|(?<![\w.])\d+\.\d+(?!\w|\.\d|%)")  # and a plain decimal such as a tau
 BAR = 12  # characters of the figure for a tau of 1.0
 
 
