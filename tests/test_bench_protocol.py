@@ -176,7 +176,9 @@ def _kill_after_first_question(argv: list[str], records) -> None:
 def test_a_killed_run_started_again_writes_each_question_once_with_the_same_tokens(lm, tmp_path):
     qs = _two_turn_and_one(1, 2)
     qfile = _questions(tmp_path, qs)
-    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "16", "--warmup", "0"]
+    # float32 named: dtype=auto decides per thread count, and the killed child runs on one thread (on a CPU with
+    # native bf16 it may pick bf16 where this process, on two, picks float32: other tokens).
+    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "16", "--warmup", "0", "--dtype", "float32"]
     whole = tmp_path / "whole.json"
     bench.main(common + ["--json", str(whole)])
     answers, out = tmp_path / "answers", tmp_path / "resumed.json"

@@ -102,3 +102,15 @@ def test_provenance_names_the_machine_the_date_and_the_command():
     assert made["command"] == "python -m esp.bench --questions 'q file.jsonl'"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", made["date"])
     assert {"cpu", "flags", "cores", "threads", "gpu", "python", "torch", "transformers"} <= set(made["machine"])
+
+
+def test_the_verdict_command_s_file_makes_a_table(tmp_path):
+    tally = lambda e, n, g: {"exact": e, "near_tie": n, "failure": 0, "max_gap": g}  # noqa: E731
+    verdict = {"provenance": {"machine": {"cpu": "C", "flags": [], "cores": 2}, "date": "2026-12-03T00:00:00Z",
+                              "command": "python -m esp.bench verdict --json v.json"},
+               "dtypes": {"bfloat16": {"verdicts": {"ar vs generate()": tally(2, 1, 1.0), "pld": tally(3, 0, 0.0),
+                                                    "pld B=4": tally(1, 2, 2.0)}, "ok": True}}}
+    page = results(tmp_path, {"v.json": verdict}, {"kind": "lossless"})
+    assert "### t · C, 2 cores, none of avx2, avx512f, avx512_bf16, amx_bf16 · 2026-12-03 00:00:00 UTC" in page
+    assert "| bfloat16 | `pld` | 3 / 0 / 0 | 0.0 | 1 / 2 / 0 | 2.0 |" in page and "batches of 4" in page
+    assert "| bfloat16 | `ar vs generate()` | 2 / 1 / 0 | 1.0 |  |  |" in page
