@@ -1,5 +1,5 @@
 """The paper's lesson from shipped bench results: tau of ESP and of each baseline per model size
-(docs/results/model_size.json, written by scripts/model_size.py), and why ESP's margin grows with the model."""
+(docs/results/model_size.json, written by `python -m esp.bench model-size`), and why ESP's margin grows with the model."""
 from __future__ import annotations
 
 import json
@@ -35,7 +35,7 @@ def load_sizes(path: str | Path = RESULTS) -> dict:
             for r in run["results"].values():
                 float(r["tau"])
     except FileNotFoundError:
-        raise ValueError(f"No model-size results at {path.name}: run scripts/model_size.py.") from None
+        raise ValueError(f"No model-size results at {path.name}: run python -m esp.bench model-size.") from None
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         detail = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else str(e).splitlines()[0][:100]
         raise ValueError(f"{path.name} is not a model-size results file ({detail}).") from None

@@ -13,8 +13,8 @@ def generate() -> None:
 
 
 def bench() -> None:
-    """esp-bench: `python -m esp.bench`."""
-    from esp.bench.run import main
+    """esp-bench: `python -m esp.bench` and its subcommands."""
+    from esp.bench.commands import main
 
     run_main(main)
 

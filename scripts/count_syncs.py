@@ -1,6 +1,6 @@
 """Host sync points per decoding step, per method: every place the host waits for the device.
 
-    python scripts/count_syncs.py [--root CHECKOUT] [--methods ar,esp:k=2:bc=60,...] [--tokens 32] [--json F]
+    python -m scripts.count_syncs [--methods ar,esp:k=2:bc=60,...] [--tokens 32] [--json F]
 
 On a CPU nothing waits, so the script counts what would: every read of a tensor's value on the host
 (Tensor.item / tolist / __int__ / __float__ / __bool__ / __index__ / cpu / numpy, torch.equal), through a
@@ -12,16 +12,16 @@ host-to-device copies are not counted. On CUDA (--cuda) torch.cuda.set_sync_debu
 runtime's own count of synchronizing calls as a cross-check.
 
 Each method runs twice: with step timings (the app's mode) and without (`Decoder(timings=False)`, the
-bench's timed runs; an engine without that switch times every step). `--root` runs another checkout's esp (e.g. `git worktree add /tmp/base main`), to measure before and after
-with the same script. The model is a tiny random Llama (the counts depend on the code, not the weights),
-or --model embedded.
+bench's timed runs; an engine without that switch times every step). To measure another revision with the same
+script, run it from a worktree of that revision (`git worktree add /tmp/base REV`, copy this file to
+/tmp/base/scripts/, then `python -m scripts.count_syncs` there). The model is a tiny random Llama (the counts
+depend on the code, not the weights), or --model embedded.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
-import sys
 import warnings
 from pathlib import Path
 
@@ -140,14 +140,12 @@ def _as_on_cuda(lm, syncs: list[int]) -> list[tuple]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the checkout whose esp is counted")
     p.add_argument("--methods", default=METHODS)
     p.add_argument("--model", default="tiny", help="'tiny' (random 2-layer Llama) or a name for esp.models.loader.load")
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--cuda", action="store_true", help="run on CUDA and cross-check with the sync debug mode")
     p.add_argument("--json")
     a = p.parse_args()
-    sys.path.insert(0, a.root)
     torch.set_num_threads(1)
     if a.model == "tiny":
         lm = tiny_lm()
@@ -161,8 +159,8 @@ def main() -> None:
 
         lm = load(a.model, device="cuda" if a.cuda else "cpu")
         prompt = lm.chat_ids("Write a Python function that returns the first n prime numbers, with a docstring.")
-    out = {"root": a.root, "model": lm.name, "device": str(lm.device), "tokens": a.tokens, "methods": {}}
-    print(f"host sync points per decoding step ({lm.name} on {lm.device}, {a.tokens} tokens, code at {a.root})")
+    out = {"model": lm.name, "device": str(lm.device), "tokens": a.tokens, "methods": {}}
+    print(f"host sync points per decoding step ({lm.name} on {lm.device}, {a.tokens} tokens)")
     for spec in a.methods.split(","):
         r = count(lm, spec, prompt, a.tokens)
         untimed = count(lm, spec, prompt, a.tokens, timings=False)

@@ -3,8 +3,8 @@ different lengths, each method's batch of B rows (one forward per step) against 
 prompt alone, and `model.generate(..., custom_generate=<this checkout>)` against plain `model.generate` for
 esp, hybrid:bc=auto and pld, with tokens and wall times. No network, no download.
 
-    python scripts/gpu_batch.py --json out/gpu_batch.json           # CUDA (scripts/gpu_check.sh runs it)
-    python scripts/gpu_batch.py --tiny --json out/tiny_batch.json   # the same on CPU with a tiny shape (tests)
+    python -m scripts.gpu_batch --json out/gpu_batch.json           # CUDA (scripts/gpu_check.sh runs it)
+    python -m scripts.gpu_batch --tiny --json out/tiny_batch.json   # the same on CPU with a tiny shape (tests)
 
 Exits 1 when a row's tokens differ from its greedy tokens.
 """
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from esp.bench.overhead import random_lm
+from esp.bench.shapes import llama_1b
+from esp.decoding.batch import BatchDecoder
+from esp.decoding.engine import Decoder
+from esp.device import canonical
+from esp.methods import build_batch
 
-from esp.bench.overhead import random_lm  # noqa: E402
-from esp.decoding.batch import BatchDecoder  # noqa: E402
-from esp.decoding.engine import Decoder  # noqa: E402
-from esp.device import canonical  # noqa: E402
-from esp.methods import build_batch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]  # this checkout: custom_generate/ for model.generate
 
 METHODS = ["ar", "esp", "pld", "stand", "lade", "tr", "hybrid:bc=60", "hybrid:bc=auto"]
 THROUGH_GENERATE = ["esp", "hybrid:bc=auto", "pld"]
@@ -57,12 +57,9 @@ def main() -> None:
     cuda = torch.cuda.is_available() and not a.tiny
     if not cuda and not a.tiny:
         sys.exit("error: no CUDA device here; the 1B-shaped model needs a GPU (use --tiny for a CPU check).")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from gpu_verdict import config  # noqa: E402 (one definition of the 1B shape)
-
     device = canonical("cuda" if cuda else "cpu")
     tokens = a.tokens or (10 if a.tiny else 64)
-    lm = random_lm(config(a.tiny), device, torch.float32, "random-llama-1b" if not a.tiny else "tiny-llama")
+    lm = random_lm(llama_1b(a.tiny), device, torch.float32, "random-llama-1b" if not a.tiny else "tiny-llama")
     batch = prompts(lm.vocab_size, a.batch)
     alone = [Decoder(lm, max_new_tokens=tokens).generate(ids).tokens for ids in batch]
     rows, ok = [], True

@@ -1,7 +1,7 @@
 """A short load test of the app: many clients at once mixing runs, Compare, trace uploads and scrubs.
 
-    python scripts/load_test.py                       # 24 clients for 60 s
-    python scripts/load_test.py --clients 32 --seconds 90
+    python -m scripts.load_test                       # 24 clients for 60 s
+    python -m scripts.load_test --clients 32 --seconds 90
 
 It starts its own `python app.py` on a free loopback port (127.0.0.1 only; nothing else is contacted),
 warms it with one run, lets every client loop over a random mix of requests until the time is up (or

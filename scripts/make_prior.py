@@ -1,7 +1,7 @@
 """Write a model's calibration prior (esp/budget/prior.py) from development questions: what a fresh hybrid
 drafter starts from, so that its first prompt is drafted as if it had seen these.
 
-    python scripts/make_prior.py [--model embedded] [--questions ../shared/data/spec_bench/question.jsonl]
+    python -m scripts.make_prior [--model embedded] [--questions ../shared/data/spec_bench/question.jsonl]
         [--skip 1] [--per-category 2] [--max-new-tokens 96] [--methods hybrid:bc=auto,...] [--save | --out F]
 
 Each method runs once, hot (`start=hot`, `prior=none`), over the questions in file order; what the
@@ -16,33 +16,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from esp.bench.run import load_questions  # noqa: E402
-from esp.cli import add_model_args  # noqa: E402
-from esp.decoding.engine import Decoder  # noqa: E402
-from esp.methods import build  # noqa: E402
-from esp.models.loader import load  # noqa: E402
-from esp.budget.prior import SHIPPED, Prior, model_key, save  # noqa: E402
+from esp.bench.questions import DEV_QUESTIONS, load_questions
+from esp.budget.prior import SHIPPED, Prior, model_key, save
+from esp.cli import add_model_args
+from esp.decoding.engine import Decoder
+from esp.methods import build
+from esp.models.loader import load
 
 METHODS = "hybrid:bc=auto,hybrid:bc=auto:sources=esp,hybrid:bc=auto:sources=table"
 MIN_SEEN = 3  # keys labelled fewer times are left out: the coarser keys already say as much
-
-
-def questions(path: str, skip: int, per_category: int) -> list[dict]:
-    """The development questions after the first `skip` of each category, `per_category` of each."""
-    seen: dict[str, int] = defaultdict(int)
-    out = []
-    for q in load_questions(path, None):
-        i = seen[q["category"]]
-        seen[q["category"]] += 1
-        if skip <= i < skip + per_category:
-            out.append(q)
-    return out
 
 
 def merge(priors: list[Prior]) -> Prior:
@@ -59,20 +43,30 @@ def merge(priors: list[Prior]) -> Prior:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m scripts.make_prior", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     p.set_defaults(max_new_tokens=96)
-    p.add_argument("--questions", default=str(ROOT.parent / "shared/data/spec_bench/question.jsonl"))
+    p.add_argument("--questions", default=str(DEV_QUESTIONS))
     p.add_argument("--skip", type=int, default=1, help="questions of each category left out first")
     p.add_argument("--per-category", type=int, default=2)
     p.add_argument("--methods", default=METHODS, help="hybrid specs whose learning is merged (esp:bc=auto and stand:bc=auto read the sources=esp and sources=table parts)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--save", action="store_true", help="this machine's prior (the cache), not the shipped one")
     where.add_argument("--out", help="write here instead")
-    a = p.parse_args()
+    return p.parse_args(argv)
+
+
+def questions(a: argparse.Namespace) -> list[dict]:
+    """The development questions the prior learns from: of each category, the first `--skip` left out."""
+    return load_questions(a.questions, a.per_category, skip=a.skip)
+
+
+def main() -> None:
+    a = arguments()
     lm = load(a.model, dtype=a.dtype)
-    qs = questions(a.questions, a.skip, a.per_category)
+    qs = questions(a)
     learned = []
     for spec in a.methods.split(","):
         d = build(f"{spec}:start=hot:prior=none")

@@ -1,8 +1,10 @@
-"""Measure the app's UI latency on this machine (not a test; numbers go to docs/app_perf.md and
-docs/BENCHMARKS.md).
+"""Measure the app's UI latency on this machine (not a test; the findings are in docs/history.md).
 
-    python scripts/measure_app.py            # all three
-    python scripts/measure_app.py stop       # only 3.
+    PYTHONPATH=tests python -m scripts.measure_app          # all three
+    PYTHONPATH=tests python -m scripts.measure_app stop     # only 3.
+
+It drives the page with the browser tests' helpers (tests/app_server.py, tests/test_browser.py), which import each
+other by plain name: hence the tests folder on PYTHONPATH.
 
 1. Run -> first step on screen: a real browser (Debian chromium) presses Run on a warm app and waits
    until the first step's mask figure is drawn.
@@ -20,19 +22,15 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import gradio as gr
+import plotly.graph_objects as go
 
-import gradio as gr  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
-
-from explorer.session import Session  # noqa: E402
-from explorer.views import render, status  # noqa: E402
-from esp.decoding.engine import Decoder  # noqa: E402
-from esp.methods import build  # noqa: E402
-from esp.models.loader import load  # noqa: E402
+from esp.decoding.engine import Decoder
+from esp.methods import build
+from esp.models.loader import load
+from explorer.session import Session
+from explorer.views import render, status
 
 PROMPT = "Translate to French: \"The weather is nice today, so we are going to the park after lunch.\""
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import html
-import importlib.util
-import json
+import importlib
 import os
 import re
 import subprocess
@@ -13,24 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 
+from esp.bench.questions import DEV_QUESTIONS, load_questions
 from esp.models.lm import IdTokenizer
 from esp.models.lm import LM
 
 ROOT = Path(__file__).resolve().parents[1]
 # The suite's app servers take many loopback sessions from one address (tests/test_door.py sets its own limits).
 os.environ.setdefault("ESP_APP_LOCAL_UNLIMITED", "1")
-QUESTIONS = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+QUESTIONS = DEV_QUESTIONS
 # Checked last: a test run must leave the checkout as it found it (tests/test_tree_clean.py).
 TREE_CHECK = "test_tree_clean.py"
 _TREE_AT_START = pytest.StashKey()
 
 
 def script_module(name: str):
-    """scripts/<name>.py imported as a module (the scripts folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """scripts/<name>.py as the package module it is run as (`python -m scripts.<name>`, from the checkout)."""
+    return importlib.import_module(f"scripts.{name}")
 
 
 def plain(line: str) -> str:
@@ -98,17 +95,10 @@ def hf(lm):
 
 
 def spec_bench(per_category: int = 1) -> list[dict]:
-    """The first `per_category` development-split questions of each category."""
+    """The first `per_category` development-split questions of each category (the bench's own loader)."""
     if not QUESTIONS.exists():
         pytest.skip(f"Spec-Bench questions not found at {QUESTIONS}")
-    seen: dict[str, int] = {}
-    out = []
-    for line in QUESTIONS.read_text().splitlines():
-        q = json.loads(line)
-        if seen.get(q["category"], 0) < per_category:
-            seen[q["category"]] = seen.get(q["category"], 0) + 1
-            out.append(q)
-    return out
+    return load_questions(QUESTIONS, per_category)
 
 
 def _tiny(arch: str, vocab: int = 96):

@@ -122,17 +122,21 @@ def test_attention_kernels_without_a_custom_mask_are_refused(hf, monkeypatch):
         esp.decode(model, tok, "hi")
 
 
-def test_the_readme_example_runs(monkeypatch):
-    """The README's "Your own code" block, from the checkout's root, on the embedded model's converted weights
-    instead of their Hub copy."""
+@pytest.mark.model
+def test_the_readme_examples_run(monkeypatch):
+    """The README's library block and its model.generate block after it, from the checkout's root, on the embedded
+    model's converted weights instead of their Hub copy."""
     monkeypatch.chdir(ROOT)
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- test: own-model -->\n```python\n(.*?)```", readme, re.S).group(1)
+    own, through = (re.search(rf"<!-- test: {name} -->\n```python\n(.*?)```", readme, re.S).group(1)
+                    for name in ("own-model", "generate"))
     hub = MODELS["embedded"].hub_id
-    assert f'"{hub}"' in block
+    assert f'"{hub}"' in own
     printed = []
-    exec(block.replace(f'"{hub}"', repr(str(converted(MODELS["embedded"])))), {"print": lambda *a: printed.append(a)})
-    text, tau, forwards = printed[0][0], printed[1][0], printed[1][1]
-    assert text.strip() and tau >= 1 and forwards >= 1 and printed[2] == (True,)
-    assert len(printed[3][0]) == 3 and printed[3][1] is True  # the batch
-    assert printed[4] == (True,) and printed[5] == (True,)  # two in flight at a time, and through model.generate
+    scope = {"print": lambda *a: printed.append(a)}
+    exec(own.replace(f'"{hub}"', repr(str(converted(MODELS["embedded"])))), scope)
+    exec(through, scope)
+    (text,), (tau, forwards), (per_step,), (same,) = printed
+    assert text.strip() and tau >= 1 and forwards >= 1
+    assert sum(per_step) == len(scope["out"].tokens) and all(n >= 1 for n in per_step)  # esp's steps: the same tokens
+    assert same is True  # model.generate through custom_generate: plain generate()'s tokens

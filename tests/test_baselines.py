@@ -219,7 +219,7 @@ def test_embedded_model_lossless(lm, mode):
 
 def test_pld_matches_transformers_prompt_lookup_on_the_embedded_model(lm):
     """Same tokens as `generate(prompt_lookup_num_tokens=10)`, and the same forward count with the same
-    matching rule (HF's) and n-gram size. The tau comparison on more prompts is in docs/baselines_check.md."""
+    matching rule (HF's) and n-gram size. The tau comparison on more prompts is in docs/history.md."""
     q = next(q for q in spec_bench(1) if q["category"] == "translation")
     prompt = lm.chat_ids(q["turns"][0])
     calls = [0]

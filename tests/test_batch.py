@@ -248,7 +248,9 @@ def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_pa
                 "--batch", "2", "--max-new-tokens", "8", "--dtype", "float32", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| 2 | generate() |" in printed and "| 2 | hybrid:bc=auto |" in printed and "| 2 | ar |" in printed
-    (run,) = json.loads(out.read_text())["runs"]
+    data = json.loads(out.read_text())
+    (run,) = data["runs"]
+    assert "--batch 2" in data["meta"]["provenance"]["command"] and data["meta"]["provenance"]["machine"]["cpu"]
     assert run["generate()"]["per_prompt"] == run["ar"]["per_prompt"] == run["hybrid:bc=auto"]["per_prompt"]
     assert len(run["ar"]["per_prompt"]) == 3 and run["ar"]["batch"] == 2 and run["ar"]["tokens_per_s"] > 0
 

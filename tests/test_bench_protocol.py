@@ -31,6 +31,9 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
     assert list(res) == ["ar", "esp:k=1:bc=10", "pld", bench.GENERATE]
     assert meta["protocol"] == COLD and set(meta["protocols"].values()) == {COLD}
     assert meta["curve"]["q"][0] == 1 and bench.GENERATE in meta["methods"]
+    made = meta["provenance"]  # where, when and how (esp.bench.provenance), for docs/BENCHMARKS.md's headings
+    assert made["command"].startswith("python -m esp.bench --questions ") and "--reference" in made["command"]
+    assert made["date"].endswith("Z") and made["machine"]["cores"] >= 1 and made["machine"]["torch"]
     for m, r in res.items():
         assert "speedup_vs_generate" in r and r["lossless"]
         if m == bench.GENERATE:
@@ -173,7 +176,9 @@ def _kill_after_first_question(argv: list[str], records) -> None:
 def test_a_killed_run_started_again_writes_each_question_once_with_the_same_tokens(lm, tmp_path):
     qs = _two_turn_and_one(1, 2)
     qfile = _questions(tmp_path, qs)
-    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "16", "--warmup", "0"]
+    # float32 named: dtype=auto decides per thread count, and the killed child runs on one thread (on a CPU with
+    # native bf16 it may pick bf16 where this process, on two, picks float32: other tokens).
+    common = ["--questions", qfile, "--methods", "ar,pld", "--max-new-tokens", "16", "--warmup", "0", "--dtype", "float32"]
     whole = tmp_path / "whole.json"
     bench.main(common + ["--json", str(whole)])
     answers, out = tmp_path / "answers", tmp_path / "resumed.json"

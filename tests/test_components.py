@@ -1,4 +1,4 @@
-"""Figure builders on a recorded real trace (tests/data/trace_k2_bc30.json, made by make_trace.py)."""
+"""Figure builders on a recorded real trace (tests/data/trace_k2_bc30.json, made by scripts/make_test_trace.py)."""
 from __future__ import annotations
 
 import json

@@ -10,8 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 import esp.models.loader
 def refuse(*args):
     raise RuntimeError("a model was loaded")
@@ -21,14 +20,14 @@ import app
 from explorer import calls, views as shown
 from explorer.session import Session
 app.build_app()
-out = {{}}
+out = {}
 for name in calls.TRACES:
     session = Session()
     status, scrub, *views, kept = calls.open_shipped(name, session)
     figures = [v for v in views if isinstance(v, go.Figure)]
-    out[name] = {{"status": status, "steps": len(session.steps), "figures": len(figures),
-                  "empty": sum(not f.data for f in figures), "views": len(views),
-                  "lens": any(s.lens for s in session.steps)}}
+    out[name] = {"status": status, "steps": len(session.steps), "figures": len(figures),
+                 "empty": sum(not f.data for f in figures), "views": len(views),
+                 "lens": any(s.lens for s in session.steps)}
     for i in range(len(session.steps)):  # every step re-renders with every view
         shown.render(session, i)
 print(json.dumps(out))
@@ -37,7 +36,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def opened() -> dict:
-    run = subprocess.run([sys.executable, "-c", SCRIPT.format(root=str(ROOT))], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -6,7 +6,6 @@ import json
 import pytest
 
 import esp.budget.prior as prior
-from conftest import script_module
 from esp.budget.cost import CostCurve
 from esp.drafters.hybrid import HybridDrafter
 from esp.decoding.engine import Decoder
@@ -72,12 +71,3 @@ def test_a_fresh_drafter_starts_from_its_own_copy_of_the_prior(tiny_lm, places):
     assert flat.initial.counts == {}
     Decoder(lm, b, max_new_tokens=16, trace_mask=False).generate(PROMPT)
     assert b.learned().counts == a.learned().counts  # the same start and text: the same learning
-
-
-def test_the_prior_script_skips_the_questions_the_bench_measures(tmp_path):
-    make_prior = script_module("make_prior")
-    path = tmp_path / "q.jsonl"
-    rows = [{"question_id": i, "category": c, "turns": [f"{c} {i}"]} for i, c in enumerate("aabbbac")]
-    path.write_text("\n".join(json.dumps(r) for r in rows))
-    picked = [q["question_id"] for q in make_prior.questions(str(path), skip=1, per_category=2)]
-    assert picked == [1, 3, 4, 5]  # a: 1 and 5 (not 0), b: 3 and 4 (not 2), c has no second question

@@ -1,5 +1,5 @@
 """The model-size view: built from the shipped results with no model, a message for a missing or odd file,
-and scripts/model_size.py's file agreeing with the bench results it was made from."""
+and the file `python -m esp.bench model-size` writes agreeing with the bench results it was made from."""
 from __future__ import annotations
 
 import json
@@ -8,15 +8,12 @@ import plotly.graph_objects as go
 import pytest
 
 from components.size_view import ESP, RESULTS, load_sizes, size_figure, size_sentences
-from conftest import ROOT, script_module
+from conftest import ROOT
+from esp.bench import model_size
+
 BENCH = {"embedded": ROOT / "docs" / "results" / "size_smollm2_135m.json",
          "qwen2.5-coder-0.5b": ROOT / "docs" / "results" / "size_qwen05_bf16.json",
          "qwen2.5-coder-1.5b": ROOT / "docs" / "results" / "size_qwen15_bf16.json"}
-
-
-@pytest.fixture(scope="module")
-def script():
-    return script_module("model_size")
 
 
 def test_shipped_results_match_the_bench_files():
@@ -59,20 +56,20 @@ def test_missing_or_odd_file_gives_a_message(tmp_path, content, says):
     assert says in size_sentences(path)
 
 
-def test_script_adds_and_replaces_runs(script, tmp_path):
+def test_the_command_adds_and_replaces_runs(tmp_path):
     bench = json.loads(BENCH["embedded"].read_text())
-    first = script.update(None, [bench], "cmd", "here")
+    first = model_size.update(None, [bench], "cmd", "here")
     assert [r["label"] for r in first["runs"]] == ["SmolLM2-135M"] and first["runs"][0]["params_m"] == 135
     qwen = json.loads(BENCH["qwen2.5-coder-0.5b"].read_text())
-    both = script.update(first, [qwen], "cmd2", "there")
+    both = model_size.update(first, [qwen], "cmd2", "there")
     assert [r["params_m"] for r in both["runs"]] == [135, 500] and both["command"] == "cmd2"
     bench["results"]["pld"]["tau"] = 9.0  # a re-run of the same model replaces its run
-    again = script.update(both, [bench], "cmd3", "there")
+    again = model_size.update(both, [bench], "cmd3", "there")
     assert len(again["runs"]) == 2 and again["runs"][0]["results"]["pld"]["tau"] == 9.0
     path = tmp_path / "sizes.json"
     path.write_text(json.dumps(again))
     assert size_figure(path).data  # the view reads what the script writes
-    with pytest.raises(SystemExit, match="Cannot tell the size"):
-        script.model_of("some-model")
-    assert script.model_of("Qwen2.5-Coder-1.5B-Instruct (offline GGUF)") == ("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B", 1500)
+    with pytest.raises(ValueError, match="Cannot tell the size"):
+        model_size.model_of("some-model")
+    assert model_size.model_of("Qwen2.5-Coder-1.5B-Instruct (offline GGUF)") == ("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B", 1500)
     assert RESULTS.exists()

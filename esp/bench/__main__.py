@@ -1,5 +1,5 @@
-"""`python -m esp.bench`: the benchmark's command line (esp.bench.run)."""
-from esp.bench.run import main
+"""`python -m esp.bench`: the benchmark's command line and its subcommands (esp.bench.commands)."""
+from esp.bench.commands import main
 from esp.cli import run_main
 
 if __name__ == "__main__":

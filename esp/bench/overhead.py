@@ -1,5 +1,5 @@
-"""Engine overhead measurements shared by scripts/engine_costs.py (a real model, CPU or GPU) and
-scripts/gpu_costs.py (random-weight 8B-shaped models): the engine's share of each ESP and hybrid step at BC = 60 and
+"""Engine overhead measurements for `python -m esp.bench costs` (a real model on CPU or GPU, or random-weight
+8B-shaped models): the engine's share of each ESP and hybrid step at BC = 60 and
 the efficient vs naive mask builders, next to the forward cost curve t(q) of esp/models/timing.py; plus the
 random-weight stand-ins those need. Medians throughout."""
 from __future__ import annotations

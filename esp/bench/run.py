@@ -29,13 +29,15 @@ from typing import Callable
 import esp.bench.batch as batch
 import esp.bench.lens as lens
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
+from esp.bench.commands import listing
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
 from esp.budget.cost import CostCurve, curve_for
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
-from esp.errors import ESPError
 from esp.methods import build, parse
 from esp.bench.oracle import oracle_width, price
+from esp.bench.provenance import provenance
+from esp.bench.questions import load_questions
 from esp.bench.shard import Shard, start
 from esp.decoding.timer import Phases
 from esp.decoding.verify import ranked
@@ -51,32 +53,6 @@ ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the m
                "drafts the method proposed, priced on this machine's measured cost curve (padded to a wider block "
                "where the curve makes that cheaper) against ar's one row a step priced alike; the fraction is the "
                "measured speed-up over the oracle's. Flat curve (rows free): every decoding step costs t(1).")
-
-
-def load_questions(path: str, per_category: int | None, ids: list[int] | None = None) -> list[dict]:
-    """Questions in file order, the first `per_category` of each category (of those whose question_id is
-    in `ids`, when given)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ESPError(f"Questions file {path!r} not found (Spec-Bench's question.jsonl, one JSON object a line).")
-    seen: dict[str, int] = defaultdict(int)
-    out = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            q = json.loads(line)
-            q["turns"][0], q["category"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ESPError(f"{path}:{n} is not a Spec-Bench question (needs 'category' and 'turns').") from None
-        if ids is not None and q.get("question_id") not in ids:
-            continue
-        if per_category is None or seen[q["category"]] < per_category:
-            seen[q["category"]] += 1
-            out.append(q)
-    if not out:
-        raise ESPError(f"{path} holds no questions" + (f" with the ids {ids}." if ids is not None else "."))
-    return out
 
 
 def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> dict:
@@ -478,8 +454,9 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
 
 
 def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict[str, Drafters], parts: list,
-           dtype: str = "float32", curve: CostCurve | None = None) -> None:
-    """Print the table of every rank's records and write the files that the arguments ask for."""
+           dtype: str = "float32", curve: CostCurve | None = None, made: dict | None = None) -> None:
+    """Print the table of every rank's records and write the files that the arguments ask for; the JSON's meta
+    holds `made` (esp.bench.provenance: machine, date, command)."""
     done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
     rows = [r for _, rs, _ in done for r in rs]
     refs = [(questions[i].get("question_id"), ref) for i, _, ref in done if ref is not None]
@@ -503,7 +480,7 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
         print(f"ar against model.generate: {kinds[EXACT]} exact, {kinds[NEAR_TIE]} near-tie, {kinds[FAILURE]} failure"
               + (f" (failures: {mismatched})" if mismatched else ""))
     if a.json:
-        meta = {"model": model, "dtype": dtype, "reference_mismatches": mismatched if a.reference else None,
+        meta = {"provenance": made, "model": model, "dtype": dtype, "reference_mismatches": mismatched if a.reference else None,
                 "reference_verdicts": dict(refs) if a.reference else None,
                 "methods": {**{s: d.description for s, d in drafters.items()},
                             **({GENERATE: "transformers model.generate(do_sample=False)"} if a.reference else {})},
@@ -522,7 +499,8 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__, epilog=listing(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
     p.add_argument("--methods", default="ar,esp",
                    help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30")
@@ -561,6 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
     a = p.parse_args(argv)
+    made = provenance(argv)
     if a.per_category is not None and a.per_category < 1:
         fail("--per-category must be at least 1.")
     check_model_args(a)
@@ -589,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
             fail(str(e))
         lm = load_model(a)
         prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
-        runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"questions": a.questions})
+        runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions})
         if a.markdown:
             Path(a.markdown).write_text(batch.table(runs) + "\n")
         return
@@ -615,7 +594,7 @@ def main(argv: list[str] | None = None) -> None:
             parts.append([(i, r["rows"], r["ref"]) for i, r in before.items() if i not in ran])
         if folder is not None:
             folder.merge({q["question_id"]: i for i, q in enumerate(questions)})
-        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve)
+        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve, made)
     shard.leave()
 
 

@@ -28,7 +28,7 @@ from esp.decoding.verify import TOP_K
 EXACT, NEAR_TIE, FAILURE = "exact", "near_tie", "failure"
 # Rounding units a near-tie may span: the most that rounding alone moved a row's gap between its best token and
 # its next four when the row was fed inside a wider block, 7.75 units in bf16 on a CPU with native bf16
-# (AVX512-BF16; 4.0 with AVX2 kernels), 403 rows of the embedded model (scripts/rounding_noise.py; docs/BENCHMARKS.md).
+# (AVX512-BF16; 4.0 with AVX2 kernels), 403 rows of the embedded model (docs/results/rounding_noise_bf16.json; docs/history.md).
 TIE_ULPS = 8
 MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}
 

@@ -1,19 +1,17 @@
 """Regenerate tests/data/trace_k2_bc30.json: a short real ESP run on the embedded model.
 
-    python tests/data/make_trace.py
+    python -m scripts.make_test_trace
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from components.export import write_trace_json
+from esp.decoding.engine import Decoder
+from esp.methods import build
+from esp.models.loader import load
 
-from components.export import write_trace_json  # noqa: E402
-from esp.decoding.engine import Decoder  # noqa: E402
-from esp.methods import build  # noqa: E402
-from esp.models.loader import load  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SPEC = "esp:k=2:bc=30"
 # Counting drafts well, so the trace holds accepted paths and accepted alignment records.
@@ -25,7 +23,7 @@ def main() -> None:
     lm = load()
     gen = Decoder(lm, build(SPEC), max_new_tokens=MAX_NEW, align=True).generate(lm.chat_ids(PROMPT))
     meta = {"model": lm.name, "spec": SPEC, "prompt": PROMPT, "max_new_tokens": MAX_NEW, "text": gen.text}
-    out = write_trace_json(gen.steps, meta, Path(__file__).with_name("trace_k2_bc30.json"))
+    out = write_trace_json(gen.steps, meta, ROOT / "tests" / "data" / "trace_k2_bc30.json")
     print(f"{out}: {len(gen.steps)} steps, tau {gen.summary.tau:.2f}, text {gen.text!r}")
 
 

@@ -1,0 +1,210 @@
+"""`python -m esp.bench.report` (or `python -m esp.bench report`): write docs/BENCHMARKS.md from the JSON in
+docs/results/, so that no figure on that page can drift from the run that made it.
+
+    python -m esp.bench.report                  # rewrites docs/BENCHMARKS.md
+    python -m esp.bench.report --check          # exit 1 if the page differs from what the results give
+
+Which results are today's is docs/results/manifest.json: one entry per table, newest first, naming its files, what
+kind of table they make, the methods to show and a one-line note. A table names its machine (CPU, cores, the flags
+that decide what a wide block costs), its date and the command that made it: from the results file when the bench
+wrote them there (esp.bench.provenance, every run from now on), else from the manifest, which holds them as the
+page of the day stated them. One machine per table. A cell that is not a valid measurement is left blank
+(esp.bench.tables); the narrative, earlier runs and every investigation are in docs/history.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from esp.bench import tables as t
+from esp.bench.provenance import describe
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+PAGE = ROOT / "docs" / "BENCHMARKS.md"
+COMMAND = "python -m esp.bench.report"
+
+INTRO = f"""# Benchmarks
+
+Written by `{COMMAND}` from the JSON in [results/](results/) (today's files are listed in
+[results/manifest.json](results/manifest.json)); edit the manifest or run the bench, never this page. How the bench
+works: [bench.md](bench.md). Every earlier run, the narrative and the investigations: [history.md](history.md).
+
+- **CPU only.** Nothing here has run on a GPU yet (`scripts/gpu_check.sh` is the prepared run for one). On a CPU a
+  wide block costs several one-row forwards, so ESP alone is slower than plain decoding; the hybrid with a measured
+  budget (`bc=auto`) is what gains.
+- **tau** = generated tokens / target forwards (prefill counted). **Speed-up** = mean tokens/s of a method over the
+  mean of `ar` in the same run, questions interleaved (Spec-Bench's ratio of means); **vs `generate()`**: over
+  transformers' own greedy `model.generate()` timed as a row. **Oracle**: the best any budget could do with the same
+  drafts on this machine's cost curve; the fraction is the measured speed-up over it. **exact / near-tie / failure**:
+  the lossless verdict against `ar` (`esp.bench.verdict`: float32 must be exact; bf16 may flip at a rounding tie).
+- A blank cell is not a measurement: missing, not finite, a timing from a run on a shared machine (tau only), or a
+  speed-up over `ar` above {t.SLACK} x its tau (a broken timing).
+- `$Q` is Spec-Bench's development split, `../shared/data/spec_bench/question.jsonl`. Commands naming a file under
+  `scripts/` are as they ran; today `scripts/first_prompt.py --first-call` is `python -m esp.bench first-call`,
+  `scripts/bf16_verdicts.py` is `python -m esp.bench verdict`, and `scripts/first_prompt.py`'s per-prompt mode is the
+  bench with `--reference --turns first`."""
+
+
+def load(name: str, root: Path = RESULTS) -> dict:
+    return json.loads((root / name).read_text())
+
+
+def made_of(data: dict) -> dict | None:
+    """The provenance a results file carries (esp.bench.provenance), if the bench wrote one."""
+    return (data.get("meta") or {}).get("provenance") or data.get("provenance")
+
+
+def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str]:
+    """(the table's heading line, its command): machine and date from the files when they hold them (all alike),
+    else from the manifest."""
+    made = [m for m in map(made_of, data) if m]
+    if made:
+        machines = {json.dumps(m["machine"], sort_keys=True) for m in made}
+        if len(machines) > 1:
+            raise ValueError(f"{entry['title']}: its files ran on different machines; one machine per table.")
+        machine, date, command = made[0]["machine"], made[0]["date"].replace("T", " ").replace("Z", " UTC"), made[0]["command"]
+    else:
+        machine, date, command = manifest["machines"][entry["machine"]], entry["date"], entry["command"]
+    return f"### {entry['title']} · {describe(machine)} · {date}", command
+
+
+def bench_table(entry: dict, data: list[dict]) -> str:
+    """esp.bench results: a row per method (tables.summary), a method from the first file that has it."""
+    cols = t.columns(data, [f not in entry.get("tau_only", []) for f in entry["files"]])
+    return t.summary(cols, entry.get("methods") or list(cols))
+
+
+def batch_table(entry: dict, data: list[dict]) -> str:
+    """esp.bench --batch: a row per batch size, each method's tokens/s over batched generate()'s (tau), and the rows
+    whose tokens equal generate()'s."""
+    run = data[0]
+    methods = entry.get("methods") or [m for m in run["runs"][0] if m != "generate()"]
+    rows = []
+    for by in run["runs"]:
+        ref = by["generate()"]
+        same = [f"{sum(a == b for a, b in zip(by[m]['per_prompt'], ref['per_prompt']))}" for m in methods]
+        rows.append([str(ref["batch"]), f"{ref['tokens_per_s']:.1f}"]
+                    + [f"{t.ratio(by[m]['tokens_per_s'] / ref['tokens_per_s'])} ({t.tau(by[m]['tau'])})" for m in methods]
+                    + [" / ".join(same) + f" of {len(ref['per_prompt'])}"])
+    head = ["B", "`generate()` tok/s"] + [f"`{m}` x `generate()` (tau)" for m in methods] + ["rows = `generate()`"]
+    return t.markdown(head, rows)
+
+
+def per_prompt_table(entry: dict, data: list[dict]) -> str:
+    """A fresh drafter per prompt against generate() (scripts/first_prompt.py's files): a row per dtype."""
+    methods = entry.get("methods") or list(data[0]["tokens_per_s"])
+    rows = []
+    for d in data:
+        rows.append([d["dtype"], f"{d['generate_tokens_per_s']:.1f}"]
+                    + [f"{d['tokens_per_s'][m]:.1f} ({t.ratio(d['speedup_over_generate'][m])})" for m in methods]
+                    + [", ".join(t.verdicts(d["verdicts"][m]) for m in methods)])
+    head = ["dtype", "`generate()` tok/s"] + [f"`{m}` tok/s (x `generate()`)" for m in methods] + ["exact / near-tie / failure"]
+    return t.markdown(head, rows)
+
+
+def lossless_table(entry: dict, data: list[dict]) -> str:
+    """The verdict command's file (or its earlier form): a row per method, alone and batched, per dtype."""
+    d = data[0]
+    by_dtype = {k: v["verdicts"] for k, v in d["dtypes"].items()} if "dtypes" in d else {d["dtype"]: d["verdicts"]}
+    rows = []
+    for dtype, vs in by_dtype.items():
+        for name, v in vs.items():
+            if " B=" in name:
+                continue
+            batched = next((w for k, w in vs.items() if k.startswith(f"{name} B=")), None)
+            rows.append([dtype, f"`{name}`", t.verdicts(v), f"{v['max_gap']:.1f}", t.verdicts(batched),
+                         f"{batched['max_gap']:.1f}" if batched else ""])
+    size = next((k.split(" B=")[1] for vs in by_dtype.values() for k in vs if " B=" in k), "")
+    return t.markdown(["dtype", "run", "alone: exact / near-tie / failure", "largest gap (units)",
+                       f"batches of {size}", "largest gap (units)"], rows)
+
+
+def first_call_table(entry: dict, data: list[dict]) -> str:
+    """The first call of a fresh process: the medians over questions and the total."""
+    d = data[0]
+    return t.markdown(["questions", "first call / the same call again: median (max)", "`generate()` / first call: median",
+                       "over all questions"],
+                      [[str(d["questions"]), f"{d['first_over_again_median']:.2f} ({d['first_over_again_max']:.2f})",
+                        t.ratio(d["first_vs_generate_median"]), t.ratio(d["first_vs_generate_ratio_of_sums"])]])
+
+
+def ablation_table(entry: dict, data: list[dict]) -> str:
+    """The hybrid's sources, a row per model: tau at bc=60 / speed-up over `ar` at bc=auto per subset, what ESP adds."""
+    rows, at = [], 0
+    for model in entry["models"]:
+        files = data[at : at + len(model["files"])]
+        at += len(model["files"])
+        got = t.by_sources(files)
+        cells = []
+        for s in t.SUBSETS:
+            wide, auto = got.get(("60", s)), got.get(("auto", s))
+            cells.append(" / ".join(x for x in (t.tau(wide["tau"]) if wide else "", t.speedup(auto["speedup"], auto["tau"]) if auto else "") if x))
+        full, bare = got.get(("60", t.SUBSETS[0])), got.get(("60", "lookup+table"))
+        cells.append(f"{full['tau'] / bare['tau'] - 1:+.1%}" if full and bare else "")
+        rows.append([model["label"]] + cells)
+    return t.markdown(["model"] + [t.LABELS[s] for s in t.SUBSETS] + ["ESP adds (tau, bc=60)"], rows)
+
+
+def figure_block(entry: dict, data: list[dict]) -> str:
+    """Overall tau per method and model as text bars (a fenced block: the same on GitHub, in a terminal, in a diff)."""
+    return "```\n" + t.figure({t.run_label(d): d["results"] for d in data}, entry["methods"], overall=True) + "\n```"
+
+
+KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
+         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block}
+
+
+def files_of(entry: dict) -> list[str]:
+    return [f for m in entry["models"] for f in m["files"]] if entry["kind"] == "ablation" else entry["files"]
+
+
+def section(entry: dict, manifest: dict, root: Path) -> str:
+    data = [load(f, root) for f in files_of(entry)]
+    head, command = heading(entry, manifest, data)
+    sources = ", ".join(f"[{f}](results/{f})" for f in files_of(entry))
+    parts = [head, "", "```\n" + command + "\n```", "", KINDS[entry["kind"]](entry, data), "", f"From {sources}."]
+    if entry.get("note"):
+        parts[-1] += " " + entry["note"]
+    return "\n".join(parts)
+
+
+def render(root: Path = RESULTS) -> str:
+    """The whole page from the manifest and the results files under `root`."""
+    manifest = load("manifest.json", root)
+    return "\n\n".join([INTRO] + [section(e, manifest, root) for e in manifest["tables"]]) + "\n"
+
+
+def figures(text: str) -> set[str]:
+    """Every figure in a page's table rows and figure bars, as a reader quotes it: '1.53x', '1.59', '90%' (the page's
+    notes are not measurements)."""
+    return {f for x in text.splitlines() if x.startswith("|") or "█" in x for f in t.FIGURE.findall(x)}
+
+
+def quoted(text: str) -> set[str]:
+    """The figures a Markdown text quotes: every one in its table rows, and every speed-up or percentage ('1.53x',
+    '90%') in its prose; front matter, code blocks, versions and identifiers are not figures."""
+    body = re.sub(r"```.*?```", "", re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S), flags=re.S)
+    return figures(body) | {f for x in body.splitlines() if not x.startswith("|") for f in t.RATE.findall(x)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default=str(RESULTS), help="the results folder (with its manifest.json)")
+    p.add_argument("--out", default=str(PAGE))
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page differs from the results")
+    a = p.parse_args(argv)
+    page = render(Path(a.results))
+    if a.check:
+        same = Path(a.out).is_file() and Path(a.out).read_text() == page
+        print(f"{a.out} is {'up to date' if same else 'out of date: run ' + COMMAND}")
+        sys.exit(0 if same else 1)
+    Path(a.out).write_text(page)
+    print(f"wrote {a.out}: {page.count(chr(10))} lines")
+
+
+if __name__ == "__main__":
+    main()

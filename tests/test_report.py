@@ -1,0 +1,116 @@
+"""docs/BENCHMARKS.md is written from docs/results/ by `python -m esp.bench.report`: regenerated, it is the same page;
+every table names its machine, date and command; invalid cells are blank; and every figure the README quotes is one
+the results give."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import ROOT
+from esp.bench import report
+from esp.bench.provenance import FLAGS, cpu, provenance
+
+PAGE = ROOT / "docs" / "BENCHMARKS.md"
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    return report.render()
+
+
+def test_regenerated_benchmarks_equal_the_committed_page(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    report.main(["--out", str(out)])
+    assert out.read_text() == PAGE.read_text(), f"docs/BENCHMARKS.md drifted from docs/results/: run {report.COMMAND}"
+    with pytest.raises(SystemExit) as done:
+        report.main(["--out", str(out), "--check"])
+    assert done.value.code == 0
+    out.write_text(out.read_text().replace("1.53x", "1.63x"))
+    with pytest.raises(SystemExit) as done:
+        report.main(["--out", str(out), "--check"])
+    assert done.value.code == 1
+
+
+def test_the_page_is_short_names_its_command_and_every_table_its_machine_date_and_command(page):
+    lines = page.splitlines()
+    assert len(lines) < 300 and report.COMMAND in "\n".join(lines[:5])
+    manifest = json.loads((report.RESULTS / "manifest.json").read_text())
+    heads = [i for i, line in enumerate(lines) if line.startswith("### ")]
+    assert len(heads) == len(manifest["tables"])
+    for i, entry in zip(heads, manifest["tables"]):
+        title, machine, date = lines[i][4:].split(" · ")
+        assert title == entry["title"] and "cores" in machine and re.match(r"20\d\d-\d\d-\d\d", date)
+        assert lines[i + 2] == "```" and lines[i + 3].startswith(("python ", "OMP_NUM_THREADS=1 python "))
+
+
+def test_invalid_cells_are_blank_not_printed(page):
+    assert "111.54x" not in page and "95.12x" not in page  # the 1.5B run's broken summarization timings
+    for cell in (c.strip() for line in page.splitlines() if line.startswith("|") for c in line.split("|")):
+        assert not re.search(r"\b(nan|inf|None)\b", cell, re.I), cell
+
+
+def test_every_figure_the_readme_quotes_is_in_a_results_file(page):
+    quoted = report.quoted((ROOT / "README.md").read_text())
+    assert {"1.53x", "1.59", "90%"} <= quoted  # the headline is there to be checked
+    assert quoted <= report.figures(page), f"figures not in any results file: {sorted(quoted - report.figures(page))}"
+
+
+def test_what_counts_as_a_quoted_figure():
+    text = ("---\ntitle: x 1.5x\n---\nPython 3.10+, arXiv 2603.17942: 1.53x and 90% in prose, tau 1.59 not.\n"
+            "```\n2.5x in code\n```\n| a | 1.59 | 0.5B |\n")
+    assert report.quoted(text) == {"1.53x", "90%", "1.59"}
+
+
+def results(tmp_path, files: dict[str, dict], entry: dict) -> str:
+    manifest = {"machines": {"old": {"cpu": "Old CPU", "flags": None, "cores": 2}},
+                "tables": [{"kind": "bench", "title": "t", "files": list(files), "machine": "old", "date": "2026-01-01",
+                            "command": "python -m esp.bench --old", **entry}]}
+    for name, data in {**files, "manifest.json": manifest}.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    return report.render(tmp_path)
+
+
+def bench_file(made: dict | None) -> dict:
+    r = {"tau": 1.5, "speedup": 1.2, "verdict": {"exact": 1, "near_tie": 0, "failure": 0}}
+    return {"meta": {"provenance": made} if made else {}, "results": {"ar": {**r, "tau": 1.0, "speedup": 1.0}, "x": r}}
+
+
+def test_a_file_s_own_provenance_wins_over_the_manifest(tmp_path):
+    old = results(tmp_path, {"a.json": bench_file(None)}, {})
+    assert "### t · Old CPU, 2 cores, flags not recorded · 2026-01-01" in old and "python -m esp.bench --old" in old
+    made = {"machine": {"cpu": "New CPU", "flags": ["avx2", "amx_bf16"], "cores": 16}, "date": "2026-12-03T10:00:00Z",
+            "command": "python -m esp.bench --new"}
+    new = results(tmp_path, {"a.json": bench_file(made)}, {})
+    assert "### t · New CPU, 16 cores, avx2 amx_bf16 · 2026-12-03 10:00:00 UTC" in new
+    assert "python -m esp.bench --new" in new and "--old" not in new
+    other = {**made, "machine": {**made["machine"], "cpu": "Other CPU"}}
+    with pytest.raises(ValueError, match="one machine per table"):
+        results(tmp_path, {"a.json": bench_file(made), "b.json": bench_file(other)}, {})
+
+
+def test_a_run_on_a_shared_machine_keeps_its_tau_and_loses_its_timings(tmp_path):
+    page = results(tmp_path, {"a.json": bench_file(None)}, {"tau_only": ["a.json"]})
+    assert "| `x` | 1.50 |  |" in page and "1.20x" not in page
+
+
+def test_provenance_names_the_machine_the_date_and_the_command():
+    name, flags = cpu("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f amx_bf16 sse\n")
+    assert name == "Some CPU" and flags == ["avx2", "avx512f", "amx_bf16"] and set(flags) <= set(FLAGS)
+    made = provenance(["--questions", "q file.jsonl"], "python -m esp.bench")
+    assert made["command"] == "python -m esp.bench --questions 'q file.jsonl'"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", made["date"])
+    assert {"cpu", "flags", "cores", "threads", "gpu", "python", "torch", "transformers"} <= set(made["machine"])
+
+
+def test_the_verdict_command_s_file_makes_a_table(tmp_path):
+    tally = lambda e, n, g: {"exact": e, "near_tie": n, "failure": 0, "max_gap": g}  # noqa: E731
+    verdict = {"provenance": {"machine": {"cpu": "C", "flags": [], "cores": 2}, "date": "2026-12-03T00:00:00Z",
+                              "command": "python -m esp.bench verdict --json v.json"},
+               "dtypes": {"bfloat16": {"verdicts": {"ar vs generate()": tally(2, 1, 1.0), "pld": tally(3, 0, 0.0),
+                                                    "pld B=4": tally(1, 2, 2.0)}, "ok": True}}}
+    page = results(tmp_path, {"v.json": verdict}, {"kind": "lossless"})
+    assert "### t · C, 2 cores, none of avx2, avx512f, avx512_bf16, amx_bf16 · 2026-12-03 00:00:00 UTC" in page
+    assert "| bfloat16 | `pld` | 3 / 0 / 0 | 0.0 | 1 / 2 / 0 | 2.0 |" in page and "batches of 4" in page
+    assert "| bfloat16 | `ar vs generate()` | 2 / 1 / 0 | 1.0 |  |  |" in page
