@@ -206,6 +206,8 @@ def refusal_of(job) -> str:
     return e.value.response.json()["detail"]
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_one_address_with_20_sessions_holds_its_share_and_a_second_address_gets_its_run(lm, monkeypatch):
     with launched(monkeypatch) as demo:
         import app
@@ -245,6 +247,8 @@ def _answered(c: Client, sessions: int) -> bool:
         return False
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_a_closed_session_frees_its_place(lm, monkeypatch):
     with launched(monkeypatch, visitor_sessions=2) as demo:
         a, b, c = (client(demo, "198.51.100.8") for _ in range(3))
@@ -261,6 +265,8 @@ def test_a_closed_session_frees_its_place(lm, monkeypatch):
         assert c.predict(0, api_name="/show_step")[0].startswith("⚠️ Nothing to show yet")
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_stop_through_the_client_ends_its_own_run_within_one_step_while_the_queue_is_full(lm, monkeypatch):
     with launched(monkeypatch, queue_size=2) as demo:
         holder = client(demo, "198.51.100.20")

@@ -11,6 +11,8 @@ import torch
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 SIZES = ["1", "2", "4", "8", "16", "32", "48", "64", "96", "128"]
 CONFIGS = {"k=1 bc=60 static", "k=2 bc=60 static", "k=2 bc=60 dynamic", "hybrid bc=60"}
 TREES = {"k=1 static [29]", "k=2 static [15,4]", "k=2 dynamic N=19"}
