@@ -87,6 +87,25 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.path.name == TREE_CHECK)
 
 
+@pytest.fixture(autouse=True)
+def _models_only_where_marked(request, monkeypatch):
+    """A test without the `model` mark that loads one of the registered models (the embedded one or a bigger
+    one, by any path: a fixture, the app's handlers, a script) fails at once, naming the mark it lacks."""
+    if request.node.get_closest_marker("model") is not None:
+        return
+    from esp.models import loader
+    from esp.models.offline import MODELS
+
+    real = loader._load
+
+    def refuse(name, *args):
+        if name in MODELS:
+            pytest.fail(f"{request.node.nodeid} loads the model {name!r}: mark it `model`", pytrace=False)
+        return real(name, *args)
+
+    monkeypatch.setattr(loader, "_load", refuse)
+
+
 @pytest.fixture(scope="session")
 def tree_at_start(request):
     """tree_state() as it was when the test session started (None outside a git checkout)."""
