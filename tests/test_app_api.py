@@ -14,6 +14,8 @@ from gradio_client import Client
 from app_server import MODES, in_process_only, serve
 from components.text_view import DRAFT_LABELS, MODEL_LABELS
 
+pytestmark = [pytest.mark.model, pytest.mark.app]
+
 PROMPT = "Count from 1 to 10."
 SHORT = dict(k=2, bc=30, lam=0.1, max_new_tokens=16)
 

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from app_server import gpu_mode, serve
 from conftest import plain
 
+pytestmark = [pytest.mark.model, pytest.mark.app]
+
 PROMPT = "Count from 1 to 5."
 TINY = dict(k=2, bc=30, lam=0.1, max_new_tokens=4)
 # The values of /generate's inputs in order, as plain HTTP sends them (NaN and Infinity are JavaScript's

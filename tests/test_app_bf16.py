@@ -21,6 +21,8 @@ from esp.bench.verdict import EXACT, NEAR_TIE, classify, label
 from explorer import calls, gpu, worker
 from explorer.session import Session
 
+pytestmark = pytest.mark.app
+
 PROMPT = "Count from 1 to 5."
 RUN = dict(k=2, bc=30, lam=0.1, max_new_tokens=8)
 HINT = (2, 30, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 8, "efficient", "esp")  # check_settings' values
@@ -99,12 +101,14 @@ def bf16(lm):
                "raw": raw, "copies": copies, "again": calls.load_model("embedded", "bfloat16")}
 
 
+@pytest.mark.model
 def test_with_native_bf16_the_control_is_shown_and_float32_stays_the_default(bf16):
     assert bf16["control"].visible is True and bf16["control"].value == "float32"
     assert [v for _, v in bf16["control"].choices] == ["float32", "bfloat16"]
     assert "equal to plain decoding up to rounding ties" in {v: t for t, v in bf16["control"].choices}["bfloat16"]
 
 
+@pytest.mark.model
 def test_a_bf16_run_decodes_in_bf16_and_its_trace_says_so(bf16, tmp_path):
     session = bf16["session"]
     assert bf16["run"][-1][0].startswith("**Done**"), bf16["run"][-1][0]
@@ -119,11 +123,13 @@ def test_a_bf16_run_decodes_in_bf16_and_its_trace_says_so(bf16, tmp_path):
     assert classify(ar["tokens"], ar["top2"], tokens, top2, "bfloat16").kind in (EXACT, NEAR_TIE)
 
 
+@pytest.mark.model
 def test_a_bf16_whatif_reruns_the_step(bf16):
     note = bf16["whatif"][0]
     assert "what-if" in note and not note.startswith("⚠️"), note
 
 
+@pytest.mark.model
 def test_compare_in_bf16_shows_the_bf16_verdict(bf16):
     status, rows, _ = bf16["compare"][-1]
     assert status == "Finished 2/2 methods on this CPU (bfloat16)."
@@ -133,6 +139,7 @@ def test_compare_in_bf16_shows_the_bf16_verdict(bf16):
     assert [r[-1] for r in rows] == ["baseline", label(verdict)] and verdict.kind in (EXACT, NEAR_TIE)
 
 
+@pytest.mark.model
 def test_one_bf16_copy_per_model_however_many_runs(bf16, lm):
     assert list(bf16["copies"]) == ["embedded"] and bf16["again"] is bf16["copies"]["embedded"]
     made = bf16["again"]

@@ -1,5 +1,5 @@
-"""The training-free baselines (PLD, STAND, LADE): their drafting logic, and losslessness through the
-shared engine on tiny random models and on the embedded model."""
+"""The training-free baselines (PLD, STAND, LADE): their drafting logic, and PLD against transformers' prompt
+lookup (their tokens against plain decoding's: tests/test_lossless_matrix.py)."""
 from __future__ import annotations
 
 import random
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from conftest import spec_bench
-from lossless_runs import SAMPLERS
 from esp.decoding.drafter import Context
 from esp.drafters.lade import LADEDrafter, remember, window_geometry
 from esp.drafters.pld import RULES, NgramIndex, lookup
@@ -18,8 +17,6 @@ from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
 from esp.decoding.tree import best_first
-
-SPECS = ("pld", "pld:n=2:rule=hf", "stand:bc=20", "lade", "lade:n=3:w=4:g=3")
 
 
 # ---- PLD lookup -------------------------------------------------------------------------------------
@@ -177,46 +174,9 @@ def test_bad_baseline_settings_raise_one_clear_line(spec):
     assert "\n" not in str(e.value)
 
 
-# ---- lossless -----------------------------------------------------------------------------------------
+# ---- PLD against transformers' prompt lookup, and its index -------------------------------------------
 
-def _prompt(seed: int, vocab: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randint(0, vocab, (6 + seed % 5,), generator=g).tolist()
-    return base * 3 + base[:3]  # repetition, so lookups and the pool find something
-
-
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_tiny_models_lossless(tiny_lm, arch, mode):
-    lm = tiny_lm(arch)
-    accepted = {spec: 0 for spec in SPECS}
-    for seed in range(4):
-        s = SAMPLERS[mode](seed)
-        prompt = _prompt(seed, lm.vocab_size)
-        ar = Decoder(lm, sampling=s, max_new_tokens=40).generate(prompt)
-        for spec in SPECS:
-            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=40).generate(prompt)
-            assert run.tokens == ar.tokens, (arch, mode, seed, spec)
-            accepted[spec] += sum(len(st.accepted) for st in run.steps)
-    if mode == "greedy":  # random models loop under greedy, so every method must get drafts accepted
-        assert all(accepted.values()), accepted
-
-
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-def test_embedded_model_lossless(lm, mode):
-    qs = [q for q in spec_bench(1) if q["category"] == "coding"]  # where lookups hit
-    s = SAMPLERS[mode](7)
-    accepted = 0
-    for q in qs:
-        prompt = lm.chat_ids(q["turns"][0])
-        ar = Decoder(lm, sampling=s, max_new_tokens=24).generate(prompt)
-        for spec in ("pld", "stand", "lade"):
-            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=24).generate(prompt)
-            assert run.tokens == ar.tokens, (q["category"], mode, spec)
-            accepted += sum(len(st.accepted) for st in run.steps)
-    assert accepted > 0
-
-
+@pytest.mark.model
 def test_pld_matches_transformers_prompt_lookup_on_the_embedded_model(lm):
     """Same tokens as `generate(prompt_lookup_num_tokens=10)`, and the same forward count with the same
     matching rule (HF's) and n-gram size. The tau comparison on more prompts is in docs/history.md."""

@@ -1,8 +1,9 @@
-"""Many prompts at once (issue 28): prompts of different lengths decoded in one forward per step, for every
-method and budget, each row's new tokens exactly what greedy generate() gives that prompt alone (fp32, the
-embedded model loaded the ordinary transformers way), through esp.decode and through custom_generate; a row
-that ends leaves the batch at once; the batch budget falls back to plain rows where drafting does not pay;
-and a streamer through model.generate hears what generate() would tell it."""
+"""Many prompts at once (issue 28): prompts of different lengths decoded in one forward per step, through
+esp.decode and through custom_generate, on the embedded model loaded the ordinary transformers way: batches of
+one and of eight, padded tokenizer output, a row that ends leaves the batch at once, prompts beyond the batch
+size join as rows end, unlike lengths are prefilled apart; the batch budget falls back to plain rows where
+drafting does not pay; and a streamer through model.generate hears what generate() would tell it. Every
+method's rows against each prompt decoded alone, on every architecture and sampler: tests/test_lossless_matrix.py."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ from transformers import TextIteratorStreamer
 
 import esp
 from conftest import ARCHS, ROOT
-from lossless_runs import SAMPLERS
 from esp.budget.cost import CostCurve, padded
 from esp.budget.width import BatchPadding, BatchWidth, by_rows, choose
 from esp.decoding.batch import BatchDecoder
@@ -35,8 +35,6 @@ PROMPTS = ["Hi!",
            "What is 17 times 23?",
            "Name a colour."]
 N = 24
-METHODS = ["ar", "esp", "esp:k=2:bc=30:tree=dynamic", "pld", "stand", "lade", "tr", "hybrid", "hybrid:bc=auto",
-           "hybrid:bc=8", "esp:bc=auto", "stand:bc=auto", "hybrid:bc=auto:start=hot"]
 
 
 def _ids(tok, prompt: str) -> list[int]:
@@ -60,16 +58,7 @@ def alone(hf):
     return out
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_every_row_of_a_batch_gets_the_tokens_greedy_gives_it_alone(hf, alone, method):
-    model, tok = hf
-    rows = alone[:3]  # three prompts of different lengths
-    got = esp.decode(model, tok, [ids for ids, _ in rows], method=method, max_new_tokens=N)
-    assert isinstance(got, list) and len(got) == len(rows)
-    for r, (ids, ref) in zip(got, rows):
-        assert r.prompt_ids == ids and r.tokens == ref, (method, tok.decode(ids))
-
-
+@pytest.mark.model
 @pytest.mark.parametrize("method", ["ar", "hybrid:bc=auto", "pld"])
 def test_batches_of_one_and_eight(hf, alone, method):
     model, tok = hf
@@ -79,6 +68,7 @@ def test_batches_of_one_and_eight(hf, alone, method):
     assert len(one) == 1 and one[0].tokens == alone[3][1]
 
 
+@pytest.mark.model
 def test_a_padded_tokenizer_output_is_a_batch(hf, alone):
     """esp.decode takes padding on either side (it strips each row by its mask); model.generate only the left."""
     model, tok = hf
@@ -90,6 +80,7 @@ def test_a_padded_tokenizer_output_is_a_batch(hf, alone):
     assert [r.tokens for r in got] == [ref for _, ref in rows]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("method", ["esp", "hybrid:bc=auto", "pld"])
 def test_model_generate_takes_a_left_padded_batch_laid_out_as_generate_lays_it_out(hf, alone, method):
     model, tok = hf
@@ -109,6 +100,7 @@ def test_model_generate_takes_a_left_padded_batch_laid_out_as_generate_lays_it_o
     assert plain.shape == out.shape and torch.equal(plain[:, :n], out[:, :n])
 
 
+@pytest.mark.model
 def test_what_a_batch_cannot_take_is_refused_with_one_line(hf, alone):
     model, tok = hf
     a, b = alone[0][0], alone[1][0]
@@ -128,6 +120,7 @@ def test_what_a_batch_cannot_take_is_refused_with_one_line(hf, alone):
         esp.decode(model, tok, {"input_ids": ids, "attention_mask": hole}, max_new_tokens=4)
 
 
+@pytest.mark.model
 def test_a_row_that_ends_leaves_the_batch_at_once(hf, alone, monkeypatch):
     """Row 0 ends early (the run's EOS set to one of its tokens that no other row writes); from the next
     forward on, the batch holds one row fewer, while the others go on to their own ends with their own tokens."""
@@ -152,6 +145,7 @@ def test_a_row_that_ends_leaves_the_batch_at_once(hf, alone, monkeypatch):
         assert [x for i, t in steps if i == j for x in t.emitted] == ref
 
 
+@pytest.mark.model
 def test_a_streamer_hears_the_prompt_then_each_token_then_end(hf, alone):
     model, tok = hf
     ids, ref = alone[2]
@@ -220,24 +214,7 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
 
 
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-@pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_models_batch_rows_equal_each_row_alone(tiny_lm, arch, mode):
-    """float64 random models of every architecture (gemma3's 24-token sliding window crossed), greedy and
-    sampled: a batch of prompts of different lengths gives each row the tokens it gets alone."""
-    lm = tiny_lm(arch)
-    s = SAMPLERS[mode](3)
-    g = torch.Generator().manual_seed(7)
-    prompts = []
-    for n in (5, 11, 17, 8):
-        base = torch.randint(0, lm.vocab_size, (n,), generator=g).tolist()
-        prompts.append(base * 2 + base[:3])  # some repetition, so lookups and tables hit
-    for spec in ("esp:k=2:bc=30", "lade", "hybrid:bc=auto", "pld"):
-        alone = [Decoder(lm, build(spec), sampling=s, max_new_tokens=40).generate(p).tokens for p in prompts]
-        batch = BatchDecoder(lm, [build(spec) for _ in prompts], sampling=s, max_new_tokens=40).generate(prompts)
-        assert [b.tokens for b in batch] == alone, (arch, mode, spec)
-
-
+@pytest.mark.model
 def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_path, lm, capsys):
     from conftest import QUESTIONS
     import esp.bench.run as bench

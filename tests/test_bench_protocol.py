@@ -21,6 +21,7 @@ def _questions(tmp_path, qs: list[dict]) -> str:
     return str(f)
 
 
+@pytest.mark.model
 def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_path, capsys):
     qs = [q for q in spec_bench(1) if q["category"] in ("translation", "coding")]
     out, md = tmp_path / "r.json", tmp_path / "t.md"
@@ -66,6 +67,7 @@ def _forwards(path) -> list[tuple[int, int]]:
     return [(r["qid"], r["forwards"]) for r in json.loads(path.read_text())["records"] if r["method"] == "tr"]
 
 
+@pytest.mark.model
 def test_hot_keeps_one_drafter_across_questions_and_cold_a_fresh_one_for_each(lm, tmp_path):
     """The same question twice: a cold tr drafts it the same way both times, a hot one has learnt it."""
     q = next(q for q in spec_bench(1) if q["category"] == "coding")
@@ -103,6 +105,7 @@ def _two_turn_and_one(n_two: int = 1, n_one: int = 1) -> list[dict]:
             + [q for q in qs if q["category"] == "translation"][:n_one])
 
 
+@pytest.mark.model
 def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench_s(lm, tmp_path, monkeypatch, capsys):
     qs = _two_turn_and_one()
     prompts: list[list[int]] = []
@@ -173,6 +176,8 @@ def _kill_after_first_question(argv: list[str], records) -> None:
         p.wait()
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_a_killed_run_started_again_writes_each_question_once_with_the_same_tokens(lm, tmp_path):
     qs = _two_turn_and_one(1, 2)
     qfile = _questions(tmp_path, qs)

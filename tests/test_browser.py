@@ -15,7 +15,8 @@ import pytest
 from app_server import MODES, in_process_only, serve
 
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+pytestmark = [pytest.mark.browser, pytest.mark.app, pytest.mark.model,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 HANG_MS = 60_000  # the page has hung if a trivial script or an expected update takes longer than this

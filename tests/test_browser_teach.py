@@ -1,13 +1,13 @@
 """The lesson in a real browser (issue 17): a link that opens a step, playback, presenter keys, the tour,
 linked focus, the step in words, present mode and the lecture export; one server, in-process, and no model
-is ever loaded (every load is recorded and must stay empty). No assert is a wall-clock limit: the playback
-rate is measured over a measured time with a wide tolerance, and timeouts are hang guards.
+is ever loaded (every load is recorded and must stay empty). No assert is a wall-clock limit: playback is
+checked by what it does (it moves on by itself, holds when paused, stops at the end; its timer's interval is
+tests/test_requests.py's), and timeouts are hang guards.
 """
 from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,8 @@ from app_server import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+pytestmark = [pytest.mark.browser, pytest.mark.app,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 HANG_MS = 60_000
@@ -121,7 +122,7 @@ def test_bad_link_is_clamped_in_one_status_line(site, page):
     assert "Traceback" not in page.content()
 
 
-def test_play_moves_about_two_steps_a_second_and_stops_at_the_end(site, page):
+def test_play_moves_on_by_itself_pauses_and_stops_at_the_end(site, page):
     from playwright.sync_api import expect
 
     open_url(site, "?trace=trace_masks&step=1")
@@ -129,15 +130,9 @@ def test_play_moves_about_two_steps_a_second_and_stops_at_the_end(site, page):
     play = page.locator("#play")
     play.click()
     expect(play).to_contain_text("Pause", timeout=HANG_MS)
-    page.wait_for_function("() => Number(document.querySelector('#scrub input[type=range]').value) > 1",
-                           timeout=HANG_MS)
-    s0, t0 = step_shown(page), time.monotonic()
-    page.wait_for_timeout(3000)
-    s1, t1 = step_shown(page), time.monotonic()
-    rate = (s1 - s0) / (t1 - t0)
-    # 2 steps/s set; ticks are skipped, never queued, when slow: on a 2-core machine a tick's render takes up to
-    # about a second (rates of 0.98-1.1 seen there), so the bound is that playback moves on, not the set rate
-    assert 0.75 <= rate <= 4, (s0, s1, t1 - t0)
+    past = "(n) => Number(document.querySelector('#scrub input[type=range]').value) > n"
+    page.wait_for_function(past, arg=1, timeout=HANG_MS)
+    page.wait_for_function(past, arg=step_shown(page), timeout=HANG_MS)  # and on again, with no click
     play.click()  # pause: the step stays
     expect(play).to_contain_text("Play", timeout=HANG_MS)
     paused = step_shown(page)

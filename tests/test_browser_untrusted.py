@@ -14,7 +14,8 @@ import pytest
 from app_server import serve
 
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+pytestmark = [pytest.mark.browser, pytest.mark.app,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 HANG_MS = 60_000
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"

@@ -52,6 +52,7 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, needle, capsys):
     (["esp.bench", "--questions", str(QUESTIONS), "--methods", "ar,warp"], "Unknown method 'warp'"),
     (["esp.generate", "--prompt", "hi", "--dtype", "half"], "--dtype must be one of"),
 ])
+@pytest.mark.slow
 def test_bad_arguments_exit_nonzero_with_one_line_from_the_command(args, needle):
     r = _run(*args)
     assert r.returncode != 0
@@ -59,6 +60,7 @@ def test_bad_arguments_exit_nonzero_with_one_line_from_the_command(args, needle)
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.model
 def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
     picked = [q for q in spec_bench(1) if q["category"] in ("translation", "coding")]
     qfile = tmp_path / "q.jsonl"
@@ -88,6 +90,7 @@ def test_bench_contract_on_the_embedded_model(lm, tmp_path, capsys):
     assert (tmp_path / "t.md").read_text().startswith("| category |")
 
 
+@pytest.mark.model
 def test_bench_repeats_keep_each_question_s_median_run(lm, tmp_path, monkeypatch):
     qfile = tmp_path / "q.jsonl"
     qfile.write_text(json.dumps(spec_bench(1)[0]))
@@ -139,6 +142,7 @@ def test_aggregate_counts_exact_near_tie_and_failure_in_the_run_s_dtype():
     assert "1 / 1 / 2" in table and "16.00" in table
 
 
+@pytest.mark.model
 def test_engine_rejects_empty_and_overlong_prompts(lm):
     dec = Decoder(lm, build("esp"), max_new_tokens=16)
     with pytest.raises(ESPError, match="empty"):

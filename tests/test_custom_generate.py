@@ -43,6 +43,7 @@ def _esp(model, ids, **kw):
     return model.generate(ids, custom_generate=str(ROOT), trust_remote_code=True, **kw)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("method", ["esp", "hybrid:bc=auto", "pld"])
 def test_held_out_prompts_get_greedy_generates_tokens(hf, greedy, method):
     model, tok = hf
@@ -52,6 +53,7 @@ def test_held_out_prompts_get_greedy_generates_tokens(hf, greedy, method):
         assert torch.equal(_esp(model, ids, method=method, max_new_tokens=24), ref), (method, prompt)
 
 
+@pytest.mark.model
 def test_every_method_gets_greedy_generates_tokens(hf, greedy):
     model, tok = hf
     ids = _ids(tok, HELD_OUT[1])
@@ -60,6 +62,7 @@ def test_every_method_gets_greedy_generates_tokens(hf, greedy):
         assert torch.equal(_esp(model, ids, method=method, max_new_tokens=16), ref), method
 
 
+@pytest.mark.model
 def test_eos_dict_output_max_length_and_sampling(hf):
     model, tok = hf
     ids = _ids(tok, HELD_OUT[0])
@@ -89,6 +92,7 @@ def test_eos_dict_output_max_length_and_sampling(hf):
     (dict(method="esp:k=9"), "k (mask tokens)"),
     (dict(pixel_values=torch.zeros(1)), "does not take pixel_values"),
 ])
+@pytest.mark.model
 def test_what_it_cannot_honour_is_refused_with_one_line(hf, kw, needle):
     model, tok = hf
     ids = _ids(tok, "hi")

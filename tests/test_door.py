@@ -303,6 +303,7 @@ def test_the_servers_own_machine_is_a_visitor_unless_the_operator_lifts_its_limi
 
 # ---------------------------------------------------------------- recorded runs never wait for the model
 
+@pytest.mark.app
 def test_only_the_runs_wait_for_the_model_and_whatifs_stored_side_is_drawn_without_it():
     """Every event of the page but Run, Compare and What-if (opening a trace, scrubbing, Play, Focus, a room's
     step, What-if's stored side...) has a concurrency group other than the model's, so none waits behind a run."""
@@ -425,6 +426,8 @@ def start_order(jobs: dict, until, timeout: float = 120) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.app
 def test_a_caller_with_40_sessions_gets_no_more_turns_than_5_addresses_with_one_each(lm, monkeypatch):
     monkeypatch.setattr(Replay, "pace_s", 0.5)  # the first run (the whole recording) outlasts 44 joins
     with launched(monkeypatch, engine=Replay) as demo:
@@ -463,6 +466,8 @@ def close_all(clients: list[Client]) -> None:
         list(pool.map(Client.close, clients))
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_a_closed_session_frees_its_place(lm, monkeypatch):
     with launched(monkeypatch, visitor_sessions=2) as demo:
         a, b, c = (client(demo, "198.51.100.8") for _ in range(3))
@@ -479,6 +484,8 @@ def test_a_closed_session_frees_its_place(lm, monkeypatch):
         assert c.predict(0, api_name="/show_step")[0].startswith("⚠️ Nothing to show yet")
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_stop_through_the_client_ends_its_own_run_within_one_step_while_the_queue_is_full(lm, monkeypatch):
     with launched(monkeypatch, queue_size=2) as demo:
         holder = client(demo, "198.51.100.20")

@@ -8,7 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 PAGE = """<!doctype html><html><body>
 <div id="controls"><textarea id="prompt"></textarea></div>
 <button id="prev" onclick="count('prev')">prev</button><button id="next" onclick="count('next')">next</button>

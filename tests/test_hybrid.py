@@ -1,12 +1,12 @@
-"""The hybrid drafter and the budget machinery: cost curve, calibrator, width choice, trie merge, lossless."""
+"""The hybrid drafter and the budget machinery: cost curve, calibrator, width choice, trie merge, sources (its
+tokens against plain decoding's: tests/test_lossless_matrix.py)."""
 from __future__ import annotations
 
 
 import pytest
 import torch
 
-from conftest import ARCHS, spec_bench
-from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
+from conftest import SAMPLERS, repeated_prompt as _prompt, spec_bench
 from esp.budget.width import choose
 from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
@@ -299,39 +299,15 @@ def test_bad_hybrid_settings_are_one_clear_line(spec, msg):
         build(spec)
 
 
-SPECS = ("hybrid:bc=24", "hybrid:bc=40:k=2", "esp:bc=auto", "stand:bc=auto")
-
-
-def _flat_hybrid() -> HybridDrafter:
-    d = build("hybrid")
-    d.curve = FLAT  # bc=auto on a GPU-like curve drafts wide
-    return d
-
-
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-@pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_models_lossless(tiny_lm, arch, mode):
-    lm = tiny_lm(arch)
-    drafters = {spec: lambda spec=spec: build(spec) for spec in SPECS}
-    drafters["hybrid"] = _flat_hybrid
-    accepted = sum(accepted_if_lossless(lm, SAMPLERS[mode](seed), _prompt(seed, lm.vocab_size), drafters,
-                                        (arch, mode, seed)) for seed in range(3))
-    assert accepted > 0
-
-
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-def test_embedded_model_lossless(lm, mode):
-    qs = [q for q in spec_bench(1) if q["category"] == "extraction"]  # copies and mask drafts both pay
-    s = SAMPLERS[mode](3)
+@pytest.mark.model
+def test_accepted_drafts_come_from_more_than_one_source_on_the_embedded_model(lm):
+    q = next(q for q in spec_bench(1) if q["category"] == "extraction")  # copies and mask drafts both pay
+    prompt = lm.chat_ids(q["turns"][0])
     sources = set()
-    for q in qs:
-        prompt = lm.chat_ids(q["turns"][0])
-        ar = Decoder(lm, sampling=s, max_new_tokens=32).generate(prompt)
-        for spec in ("hybrid:bc=60", "hybrid:bc=auto"):
-            run = Decoder(lm, build(spec), sampling=s, max_new_tokens=32).generate(prompt)
-            assert run.tokens == ar.tokens, (q["category"], mode, spec)
-            sources |= {src for st in run.steps for n in st.nodes if n.status == "accepted" for src in n.sources}
-    assert len(sources) >= 2  # accepted drafts came from more than one source
+    for spec in ("hybrid:bc=60", "hybrid:bc=auto"):
+        run = Decoder(lm, build(spec), max_new_tokens=32).generate(prompt)
+        sources |= {src for st in run.steps for n in st.nodes if n.status == ACCEPTED for src in n.sources}
+    assert len(sources) >= 2, sources
 
 
 def test_two_masks_compete_with_one(tiny_lm):
@@ -371,20 +347,17 @@ def test_bad_sources_are_one_clear_line(value):
 
 
 @pytest.mark.parametrize("mode", list(SAMPLERS))
-def test_a_source_that_is_off_costs_nothing_and_stays_lossless(tiny_lm, mode):
+def test_a_source_that_is_off_costs_nothing(tiny_lm, mode):
     lm = tiny_lm("llama")
     s = SAMPLERS[mode](1)
     prompt = _prompt(1, lm.vocab_size)
-    ar = Decoder(lm, sampling=s, max_new_tokens=24).generate(prompt)
     no_esp = build("hybrid:bc=24:sources=lookup+table")
     run = Decoder(lm, no_esp, sampling=s, max_new_tokens=24).generate(prompt)
-    assert run.tokens == ar.tokens
     assert all("mask" not in st.row_kinds for st in run.steps)  # no mask rows fed, so none computed
     assert no_esp.mask is None and no_esp.k == 0
     assert {src for st in run.steps for n in st.nodes for src in n.sources} <= {"lookup", "table"}
     no_table = build("hybrid:bc=24:sources=esp+lookup")
     run = Decoder(lm, no_table, sampling=s, max_new_tokens=24).generate(prompt)
-    assert run.tokens == ar.tokens
     assert len(no_table.table) == 0  # nothing harvested
     assert any("mask" in st.row_kinds for st in run.steps)
     assert "table" not in {src for st in run.steps for n in st.nodes for src in n.sources}

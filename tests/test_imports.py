@@ -6,6 +6,8 @@ import ast
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 PACKAGE = ROOT / "esp"
@@ -133,6 +135,7 @@ def test_no_program_imports_its_own_module_back():
     assert run == {"esp.offline_cli"} and reaches(g, run, "esp.models.offline")
 
 
+@pytest.mark.slow
 def test_modules_import_alone_in_the_order_that_used_to_close_the_circle():
     """Each in a fresh interpreter: the cost curves first (they reached back up to the offline models), then
     the loader; and the offline CLI still runs as `python -m esp.models.offline`."""
@@ -168,6 +171,7 @@ def test_no_import_runs_back_up_between_the_engines_folders():
     assert layer("esp.bench.run") > layer("esp.methods")  # the bench measures the public methods
 
 
+@pytest.mark.slow
 def test_the_public_functions_are_not_shadowed_by_the_folders():
     """`esp.decode` is the public function, not a folder: importing every folder leaves it callable."""
     code = ("import esp, esp.decoding.engine, esp.decoding.timer, esp.budget.cost, esp.bench.run, esp.models.loader; "

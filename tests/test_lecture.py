@@ -60,6 +60,7 @@ def test_no_steps_refused(run):
         lecture_html([], run[0])
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
 def test_plays_from_disk_offline(run, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")

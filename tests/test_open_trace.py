@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.app, pytest.mark.slow]  # a fresh process builds the page and renders every step
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import json

@@ -93,6 +93,7 @@ def test_aggregate_reports_the_oracle_speed_up_and_the_fraction_reached():
     assert "oracle_speedup" not in aggregate(unpriced, ["ar", "x"])["x"]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("spec, masks", [("esp:k=2:bc=12", 2), ("pld", 0), ("hybrid:bc=30", None)])
 def test_oracle_widths_of_real_runs(lm, spec, masks):
     """On the engine's own traces: the oracle is the path plus the masks on its end (k on every node for

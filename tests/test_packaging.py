@@ -48,6 +48,7 @@ def _dist_info(whl: zipfile.ZipFile, name: str) -> str:
     return whl.read(path).decode()
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_only_the_engine_package(wheel):
     names = set(wheel.namelist())
     ours = {n for n in names if not n.startswith("esp_explorer-0.1.0.dist-info/")}
@@ -77,6 +78,7 @@ def _dist(module: str) -> str:
     return _providers()[module][0].lower().replace("_", "-")
 
 
+@pytest.mark.slow
 def test_the_metadata_declares_what_the_engine_imports(wheel):
     meta = Parser().parsestr(_dist_info(wheel, "METADATA"))
     reqs = [Requirement(r) for r in meta.get_all("Requires-Dist")]
@@ -92,6 +94,7 @@ def test_the_metadata_declares_what_the_engine_imports(wheel):
     assert meta["Requires-Python"] == ">=3.10"
 
 
+@pytest.mark.slow
 def test_the_wheel_makes_three_console_scripts(wheel):
     entry = configparser.ConfigParser()
     entry.read_string(_dist_info(wheel, "entry_points.txt"))

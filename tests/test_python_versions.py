@@ -20,6 +20,7 @@ def vermin(*paths) -> subprocess.CompletedProcess:
                            "-t=3.10-", *map(str, paths)], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_code_needs_nothing_newer_than_python_3_10():
     r = vermin(*CODE)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-1000:]

@@ -99,8 +99,9 @@ def within_page(s, page) -> None:
 
 
 @pytest.fixture
-def gpu(monkeypatch, lm):
-    """The GPU calls replaced by recorders of the settings they get (a run answers with one stored step)."""
+def gpu(monkeypatch):
+    """The GPU calls replaced by recorders of the settings they get (a run answers with one stored step). A
+    request that passes its checks loads the model, to count its prompt's tokens: those tests are `model`."""
     seen = []
 
     def run_steps(name, ids, settings, token, seconds=None):
@@ -196,6 +197,8 @@ def test_show_step_and_export_refuse_a_bad_step_in_one_line(opened, caplog, i):
     no_traceback(caplog)
 
 
+@pytest.mark.model
+@pytest.mark.app
 def test_a_run_asks_the_gpu_for_exactly_the_settings_sent(gpu, page):
     out = list(calls.generate(**{**GOOD, "method": "hybrid", "k": 1, "bc": 120, "mode": "sampling",
                                  "temperature": 2, "top_p": 0.05, "seed": rq.SEED_MAX}, session=Session()))
@@ -220,6 +223,8 @@ def test_a_bug_in_a_handler_is_one_line_for_the_visitor_and_a_traceback_in_the_l
 
 # ---------------------------------------------------------------- every endpoint's parameters
 
+@pytest.mark.model
+@pytest.mark.app
 @FEW
 @given(requests(calls.RUN_FIELDS))
 def test_generate_answers_anything_with_a_run_from_the_page_or_one_line(gpu, page, caplog, request):
@@ -238,6 +243,8 @@ def test_generate_answers_anything_with_a_run_from_the_page_or_one_line(gpu, pag
 @FEW
 @given(requests({"step": rq.Number("step", 0, 30, whole=True),
                  **{n: f for n, f in calls.RUN_FIELDS.items() if n != "prompt"}}))
+@pytest.mark.model
+@pytest.mark.app
 def test_whatif_answers_anything_with_a_rerun_from_the_page_or_one_line(gpu, page, opened, caplog, request):
     gpu.clear()
     caplog.clear()
@@ -251,6 +258,8 @@ def test_whatif_answers_anything_with_a_rerun_from_the_page_or_one_line(gpu, pag
     no_traceback(caplog)
 
 
+@pytest.mark.model
+@pytest.mark.app
 @FEW
 @given(requests(calls.COMPARE_FIELDS))
 def test_compare_answers_anything_within_its_token_cap_or_in_one_line(gpu, page, caplog, request):

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, spec_bench
 from esp.bench.shard import Shard, start
 
@@ -40,6 +42,7 @@ def _bench(tmp_path, name: str, launcher: list[str], extra: tuple[str, ...] = ()
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_single_process_records(tmp_path):
     qs = spec_bench(1)[:3]  # three questions: the ranks get unequal shares
     (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))

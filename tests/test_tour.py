@@ -30,6 +30,7 @@ def test_shipped_tour_is_valid():
     assert len({s.view for s in stops}) >= 6  # a walk through the views, not one view many times
 
 
+@pytest.mark.app
 def test_views_are_on_the_page():
     ids = page_ids()
     assert set(VIEWS) <= ids, set(VIEWS) - ids

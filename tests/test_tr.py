@@ -1,4 +1,5 @@
-"""Token Recycling: the template, the matrix's update rule, cold and hot start, and losslessness."""
+"""Token Recycling: the template, the matrix's update rule, cold and hot start, and how its drafts are traced
+(its tokens against plain decoding's: tests/test_lossless_matrix.py)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,8 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import ARCHS, spec_bench
-from lossless_runs import SAMPLERS, accepted_if_lossless, repeated_prompt as _prompt
+from conftest import repeated_prompt as _prompt
 from esp.decoding.drafter import Proposal, StepResult
 from esp.drafters.tr import PAPER, TEMPLATES, WIDTH, Template, TRDrafter, recycle
 from esp.decoding.engine import Decoder
@@ -86,31 +86,11 @@ def test_cold_start_forgets_between_prompts_and_hot_start_keeps_the_matrix(tiny_
     assert warm.tokens == first.tokens
     assert sum(warm.steps[0].shape) > 0  # the kept matrix drafts from the first forward on
     assert len(warm.steps) < len(first.steps)  # the same text again, from a warm matrix: fewer forwards
+    drafted = [n for st in warm.steps for n in st.nodes if n.status in ("accepted", "rejected")]
+    assert drafted and all(n.sources == ["table"] for n in drafted)  # traced as the model's own past distributions
     other = SimpleNamespace(vocab_size=40, device=torch.device("cpu"))  # another model's vocabulary
     hot.start(SimpleNamespace(lm=other))
     assert hot.matrix.shape == (40, WIDTH) and (hot.matrix == -1).all()  # a fresh matrix
-
-
-@pytest.mark.parametrize("mode", list(SAMPLERS))
-@pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_models_lossless(tiny_lm, arch, mode):
-    lm = tiny_lm(arch)
-    specs = {spec: lambda spec=spec: build(spec) for spec in ("tr", "tr:tree=small", "tr:start=hot", "tr:matrix=zero")}
-    accepted = sum(accepted_if_lossless(lm, SAMPLERS[mode](seed), _prompt(seed, lm.vocab_size), specs,
-                                        (arch, mode, seed)) for seed in range(3))
-    assert accepted > 0  # the comparison exercised accepted drafts, not only bonus tokens
-
-
-@pytest.mark.parametrize("mode, spec", [("greedy", "tr"), ("sampling", "tr:tree=small")])
-def test_embedded_model_lossless(lm, mode, spec):
-    q = next(q for q in spec_bench(1) if q["category"] == "extraction")
-    prompt = lm.chat_ids(q["turns"][0])
-    s = SAMPLERS[mode](3)
-    ar = Decoder(lm, sampling=s, max_new_tokens=24).generate(prompt)
-    run = Decoder(lm, build(spec), sampling=s, max_new_tokens=24).generate(prompt)
-    assert run.tokens == ar.tokens
-    drafted = [n for st in run.steps for n in st.nodes if n.status in ("accepted", "rejected")]
-    assert drafted and all(n.sources == ["table"] for n in drafted)  # traced as the model's own past distributions
 
 
 def test_registered_for_bench_cli_and_app():

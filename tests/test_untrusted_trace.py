@@ -277,6 +277,7 @@ class _FakeLM:
     vocab_size = 49_152
 
 
+@pytest.mark.model
 def test_the_engine_refuses_ids_outside_the_vocabulary(lm):
     from esp.decoding.engine import Decoder
 
@@ -286,6 +287,7 @@ def test_the_engine_refuses_ids_outside_the_vocabulary(lm):
         Decoder(lm).check_prompt([-1])
 
 
+@pytest.mark.app
 def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
     from gradio_client import Client, handle_file
 
@@ -306,6 +308,7 @@ def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
         assert "step 1 of" in client.predict(1, api_name="/show_step")[0]
 
 
+@pytest.mark.app
 def test_exports_go_with_their_session_and_the_file_cache_is_swept():
     import app
     from explorer.session import free_session

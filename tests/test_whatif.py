@@ -8,6 +8,8 @@ from esp.errors import ESPError
 from esp.methods import build
 from esp.bench.whatif import whatif_step
 
+pytestmark = pytest.mark.model
+
 PROMPT = "Count from 1 to 20, separated by commas."
 
 

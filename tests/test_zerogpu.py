@@ -37,6 +37,7 @@ def _run(session, **kwargs):
     return list(calls.generate(PROMPT, **{"max_new_tokens": 12, **kwargs}, session=session))
 
 
+@pytest.mark.model
 def test_run_rebuilds_the_session_in_the_main_process(emulated, lm):
     from esp.decoding.engine import Decoder
     from explorer.session import Session
@@ -51,6 +52,7 @@ def test_run_rebuilds_the_session_in_the_main_process(emulated, lm):
     assert not os.path.exists(session.token.path)  # the stop token is gone with the run
 
 
+@pytest.mark.model
 def test_stop_ends_the_run_within_one_step_of_the_click(emulated, every_step):
     from explorer import calls
     from explorer.session import Session
@@ -70,6 +72,7 @@ def test_stop_ends_the_run_within_one_step_of_the_click(emulated, every_step):
     assert not session.running and not multiprocessing.active_children()  # the worker has left
 
 
+@pytest.mark.model
 def test_whatif_runs_in_a_worker(emulated):
     from explorer import calls
     from explorer.session import Session
@@ -83,6 +86,7 @@ def test_whatif_runs_in_a_worker(emulated):
     assert calls.whatif(0, session=session)[0].startswith("⚠️")  # refused before any GPU call
 
 
+@pytest.mark.model
 def test_compare_is_one_gpu_call_per_method(emulated, monkeypatch):
     from esp import methods
     from explorer import calls, emulation
@@ -96,6 +100,7 @@ def test_compare_is_one_gpu_call_per_method(emulated, monkeypatch):
     assert [r[6] for r in tables[-1]] == ["baseline"] + ["exact"] * (len(tables[-1]) - 1)
 
 
+@pytest.mark.model
 def test_open_trace_after_the_worker_is_killed_mid_run(emulated, every_step):
     from explorer import calls
     from explorer.session import Session
@@ -116,6 +121,7 @@ def test_open_trace_after_the_worker_is_killed_mid_run(emulated, every_step):
 
 @pytest.mark.parametrize("bad", [dict(prompt="  "), dict(prompt="hi", k=4, bc=10), dict(prompt="hi", model="/tmp"),
                                  dict(prompt="hi", max_new_tokens=100_000)])
+@pytest.mark.model
 def test_bad_input_is_refused_before_any_gpu_call(emulated, monkeypatch, bad):
     from explorer import calls, emulation
 
@@ -139,6 +145,7 @@ def _cuda_seen() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.model
 def test_the_emulation_aborts_at_the_duration_and_passes_only_the_error_class(emulated):
     from explorer import emulation
 
@@ -150,6 +157,7 @@ def test_the_emulation_aborts_at_the_duration_and_passes_only_the_error_class(em
     assert e.value.message == "KeyError"
 
 
+@pytest.mark.model
 def test_cuda_raises_in_the_main_process_only(emulated):
     from esp.models.loader import load
     from explorer import emulation
