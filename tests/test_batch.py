@@ -17,9 +17,10 @@ import esp
 from conftest import ARCHS, ROOT
 from lossless_runs import SAMPLERS
 from esp.budget.cost import CostCurve, padded
-from esp.budget.width import BatchPadding, BatchWidth, by_rows, choose
+from esp.budget.batch import BatchPadding, BatchWidth, Budgeted
+from esp.budget.width import by_rows, choose
 from esp.decoding.batch import BatchDecoder
-from esp.decoding.drafter import Context
+from esp.decoding.drafter import Context, Offer
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build, build_batch
@@ -188,13 +189,23 @@ class _Offers:
     def __init__(self, offer: np.ndarray, curve: CostCurve):
         self.curve, self._offer, self.asked = curve, offer, 0
 
-    def offer(self, ctx) -> np.ndarray:
+    def offer(self, ctx) -> Offer:
         self.asked += 1
-        return self._offer
+        return Offer(tokens=self._offer)
 
 
 def _ctx(step: int) -> Context:
-    return Context(None, [1], 1, esp.Sampling(), step, batched=True)
+    return Context(lm=None, tokens=[1], n_prompt=1, sampling=esp.Sampling(), step=step, batched=True)
+
+
+def _width(planner: BatchWidth, rows: list, step: int) -> int | None:
+    """The one width `planner` gives every row of the batch `rows` at `step` (None: each row its own), checking
+    that each row's budget hands back that row's own offer."""
+    budgets = planner.plan(rows, [_ctx(step)] * len(rows))
+    if budgets is None:
+        return None
+    assert len({b.rows for b in budgets}) == 1 and all(b.offer is None or b.offer.tokens is r._offer for b, r in zip(budgets, rows))
+    return budgets[0].rows
 
 
 def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
@@ -204,20 +215,21 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     flat = CostCurve([1, 256], [1.0, 1.2])  # wide blocks nearly free: draft
     steep = CostCurve([1, 256], [1.0, 256.0])  # every row costs a plain step: never draft
     wide = BatchWidth()
-    assert wide.width([_Offers(good, flat)] * 4, [_ctx(0)] * 4) is None  # the prefill: each row its own
-    assert wide.width([_Offers(good, flat)] * 4, [_ctx(1)] * 4) > 1
-    assert BatchWidth().width([_Offers(good, steep)] * 4, [_ctx(1)] * 4) == 1
+    assert isinstance(_Offers(good, flat), Budgeted)  # what a batch budget needs of a drafter, and nothing else
+    assert _width(wide, [_Offers(good, flat)] * 4, 0) is None  # the prefill: each row its own
+    assert _width(wide, [_Offers(good, flat)] * 4, 1) > 1
+    assert _width(BatchWidth(), [_Offers(good, steep)] * 4, 1) == 1
     # Drafted steps that bring nothing: the batch backs off to plain rows and stops asking for offers.
     row = _Offers(good, flat)
     for _ in range(3):
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])  # plain steps: a second each
     for _ in range(20):
-        w = wide.width([row] * 4, [_ctx(5)] * 4)
+        w = _width(wide, [row] * 4, 5)
         if w == 1 and not wide.backoff.drafting:
             break
         wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
     asked = row.asked
-    assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
+    assert not wide.backoff.drafting and _width(wide, [row] * 4, 6) == 1 and row.asked == asked
 
 
 @pytest.mark.parametrize("mode", list(SAMPLERS))
@@ -260,7 +272,7 @@ def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
     asked_at = []
     for step in range(1, 40):
         before = row.asked
-        assert wide.width([row] * 4, [_ctx(step)] * 4) == 1
+        assert _width(wide, [row] * 4, step) == 1
         if row.asked > before:
             asked_at.append(step)
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])

@@ -8,7 +8,7 @@ import torch
 
 from esp.drafters.esp import ESPConfig, default_shape
 from esp.errors import ESPError
-from esp.decoding.kvcache import commit
+from esp.models.kvcache import commit
 from esp.decoding.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
 from esp.sampling import Sampling, draw, probs, top_k
 from esp.decoding.tree import DraftTree, dynamic_tree, static_tree
@@ -209,7 +209,7 @@ def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
     lm = tiny_lm("llama")
     prompt, out = [3, 9, 4, 7], [5, 11, 2]
     mask = MaskEmbedding(k=2, lam=0.1)
-    mask.start(Context(lm, prompt + out, len(prompt), Sampling(), 0, False))
+    mask.start(Context(lm=lm, tokens=prompt + out, n_prompt=len(prompt), sampling=Sampling()))
     e = lm.embed(prompt + out)
     want = e[: len(prompt)].mean(0)
     for x in e[len(prompt) :]:
