@@ -194,7 +194,8 @@ class Run:
         clock("trace")
         self.produced += len(res.emitted)
         self.done = self.produced >= dec.max_new_tokens or any(t in dec.lm.eos_ids for t in res.emitted)
-        trace = step_trace(dec, ctx.step, res, self.past, notes, lead > 0, top2[: len(res.emitted)])
+        trace = step_trace(dec.lm, dec.drafter, res, step=ctx.step, past=self.past, notes=notes, prefill=lead > 0,
+                           top2=top2[: len(res.emitted)], trace_mask=dec.trace_mask)
         if self.lens is not None:
             self._look(trace, res)
         trace.timings = clock.done()

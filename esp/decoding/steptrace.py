@@ -1,20 +1,17 @@
 """A step's trace: what the engine records of one verified step (esp.trace.StepTrace), from its records."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from esp.decoding.drafter import Notes, StepResult
+from esp.decoding.drafter import Drafter, Notes, StepResult
+from esp.models.lm import LM
 from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, StepTrace
 
-if TYPE_CHECKING:  # the decoder builds traces through this module
-    from esp.decoding.engine import Decoder
 
-
-def step_trace(dec: "Decoder", step: int, res: StepResult, past: int, notes: Notes, prefill: bool,
-               top2: list[list]) -> StepTrace:
+def step_trace(lm: LM, drafter: Drafter, res: StepResult, *, step: int, past: int, notes: Notes, prefill: bool,
+               top2: list[list], trace_mask: bool) -> StepTrace:
     """Step `step`'s trace: its tree and rows as fed (`past` tokens committed before it), what was accepted and
-    emitted, and the drafter's `notes`; `top2` per emitted row (see StepTrace.top2)."""
-    lm, tree, lay, extra = dec.lm, res.proposal.tree, res.layout, res.proposal.extra
+    emitted, and the drafter's `notes`; `top2` per emitted row (see StepTrace.top2); the block's visibility
+    when `trace_mask`."""
+    tree, lay, extra = res.proposal.tree, res.layout, res.proposal.extra
     labels = ["root"] + [f"node {i}:{lm.text(t)}" for i, t in enumerate(tree.tokens[1:], 1)]
     labels += [f"mask {v}.{j}" for v in lay.owners for j in range(1, lay.k + 1)]
     kinds = lay.kinds()
@@ -22,9 +19,9 @@ def step_trace(dec: "Decoder", step: int, res: StepResult, past: int, notes: Not
         labels += [f"{extra.kind} {i}:{lm.text(t)}" for i, t in enumerate(extra.ids)]
         kinds = kinds[: len(kinds) - lay.n_extra] + [extra.kind] * lay.n_extra
     offsets, visible = lay.host()
-    mask = [[True] + row for row in visible] if dec.trace_mask else []
+    mask = [[True] + row for row in visible] if trace_mask else []
     return StepTrace(
-        step=step, method=dec.drafter.name, n_past=past, root=tree.tokens[0], nodes=_nodes(dec, res),
+        step=step, method=drafter.name, n_past=past, root=tree.tokens[0], nodes=_nodes(lm, drafter, res),
         accepted=[tree.tokens[i] for i in res.path[1:]], bonus=res.bonus, emitted=res.emitted,
         emitted_text=[lm.text(t) for t in res.emitted], row_labels=labels, row_kinds=kinds,
         positions=[res.root_pos + o for o in offsets], mask=mask, accepted_rows=list(res.path), shape=tree.shape(),
@@ -32,12 +29,12 @@ def step_trace(dec: "Decoder", step: int, res: StepResult, past: int, notes: Not
     )
 
 
-def _nodes(dec: "Decoder", res: StepResult) -> list[NodeTrace]:
+def _nodes(lm: LM, drafter: Drafter, res: StepResult) -> list[NodeTrace]:
     """The tree's nodes as fed (root first), then the candidates the drafter pruned."""
-    lm, tree = dec.lm, res.proposal.tree
+    tree = res.proposal.tree
     on_path = set(res.path)
     depths = tree.depths
-    own = [dec.drafter.source] if dec.drafter.source else []
+    own = [drafter.source] if drafter.source else []
     srcs = [list(x) for x in tree.sources] if tree.sources else [[]] + [own] * (len(tree) - 1)
     ps = tree.p or [None] * len(tree)
     nodes = [
