@@ -20,7 +20,7 @@ from esp.budget.cost import CostCurve, padded
 from esp.budget.batch import BatchPadding, BatchWidth, Budgeted
 from esp.budget.width import by_rows, choose
 from esp.decoding.batch import BatchDecoder
-from esp.decoding.drafter import Context, Offer
+from esp.decoding.drafter import Budget, Context, Offer
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build, build_batch
@@ -278,6 +278,32 @@ def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])
     assert asked_at[:5] == [1, 3, 6, 11, 20]  # waits of 1, 2, 4, 8 plain steps, then at most REST_MAX
     assert all(b - a <= BatchWidth.REST_MAX + 1 for a, b in zip(asked_at, asked_at[1:]))
+
+
+class _FourRows:
+    """A new batch budget, written against the drafter interface alone (esp.budget.batch.Budgeted): four rows
+    per sequence after the prefill, each row filling them from its own offer."""
+
+    def plan(self, drafters, ctxs):
+        return None if ctxs[0].step == 0 else [Budget(rows=4, offer=d.offer(c)) for d, c in zip(drafters, ctxs)]
+
+    def rows(self, batch: int, q: int) -> int:
+        return q
+
+    def observe(self, width, fed, tokens, seconds, timed) -> None:
+        pass
+
+
+def test_a_new_batch_budget_needs_only_the_drafter_interface(tiny_lm):
+    lm = tiny_lm("llama")
+    prompts = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], [11, 12, 13, 11, 12, 13, 11], [21, 22, 23, 24, 21, 22]]
+    alone = [Decoder(lm, max_new_tokens=24).generate(p).tokens for p in prompts]
+    rows = [build("hybrid:bc=auto") for _ in prompts]
+    assert all(isinstance(d, Budgeted) for d in rows)
+    got = BatchDecoder(lm, rows, max_new_tokens=24, planner=_FourRows()).generate(prompts)
+    assert [g.tokens for g in got] == alone
+    widths = [len(s.positions) for g in got for s in g.steps if not s.prefill]
+    assert max(widths) == 4 and min(widths) >= 1  # the budget's width, filled from each row's offer
 
 
 def test_padding_picks_a_wider_forward_only_where_it_costs_less():
