@@ -3,7 +3,8 @@
 The decoding runs in the installed ESP engine (the `esp` package of esp-explorer); this file maps
 `generate()`'s arguments onto it: greedy, or with `do_sample=True` the engine's lossless sampling
 (temperature, top_k, top_p; `seed` keys the draw, default drawn from torch's RNG), `max_new_tokens` /
-`max_length`, `eos_token_id`, `return_dict_in_generate` (a GenerateDecoderOnlyOutput with `sequences`),
+`max_length`, `eos_token_id`, `return_dict_in_generate` (a GenerateDecoderOnlyOutput with `sequences`, and `speculative_decoding`: per row
+the acceptance metrics under vLLM's per-request names, esp.trace.acceptance),
 `streamer` (batch 1, as in transformers), and a left-padded batch with its `attention_mask` (decoded together,
 one forward per step, each row as it would be alone). What ESP cannot reproduce exactly (right padding, beams,
 logits processors, ...) is refused with one line. The output is exactly what `model.generate` would return
@@ -15,6 +16,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 try:  # in a try block, so that transformers' import check leaves the message below to say what to install
     import esp
     from esp.errors import ESPError
+    from esp.trace import acceptance
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("ESP's custom_generate runs the ESP engine, the esp package: install ESP Explorer with "
                       "`pip install git+<its repository URL>` (after torch; see this repo's README).") from e
@@ -68,33 +70,38 @@ def generate(model, inputs=None, generation_config=None, method=DEFAULT_METHOD, 
             raise ESPError("streamer must have put() and end(), as transformers' streamers do.")
         if len(prompts) != 1:
             raise ESPError("A streamer takes one sequence (batch size 1), as in transformers' generate().")
-        new = [_streamed(model, tokenizer, ids, prompts[0], streamer, options)]
+        runs = [_streamed(model, tokenizer, ids, prompts[0], streamer, options)]
     elif len(prompts) == 1:
-        new = [esp.decode(model, tokenizer, prompts[0], **options).tokens]
+        runs = [esp.decode(model, tokenizer, prompts[0], **options).steps]
     else:
-        new = [r.tokens for r in esp.decode(model, tokenizer, prompts, **options)]
+        runs = [r.steps for r in esp.decode(model, tokenizer, prompts, **options)]
+    new = [[t for step in steps for t in step.emitted] for steps in runs]
     # generate() runs every row until the last one ends, writing pad_token_id (else the first EOS) after a row's end.
     pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else 0)
     width = max(len(t) for t in new)
     tail = torch.tensor([t + [pad] * (width - len(t)) for t in new], dtype=ids.dtype, device=ids.device)
     sequences = torch.cat([ids, tail], 1)
-    return GenerateDecoderOnlyOutput(sequences=sequences) if config.return_dict_in_generate else sequences
+    if not config.return_dict_in_generate:
+        return sequences
+    out = GenerateDecoderOnlyOutput(sequences=sequences)
+    out["speculative_decoding"] = [acceptance(steps) for steps in runs]  # a key of its own: ModelOutput keeps both
+    return out
 
 
-def _streamed(model, tokenizer, ids, prompt, streamer, options) -> list[int]:
+def _streamed(model, tokenizer, ids, prompt, streamer, options) -> list:
     """Decode one prompt, calling `streamer` as generate() does: put(the prompt), put(each new token) in
-    order, end(); returns the new tokens."""
+    order, end(); returns the steps' traces."""
     steps = esp.stream(model, tokenizer, prompt, **options)  # bad input fails here, before the streamer hears anything
     streamer.put(ids.cpu())
-    tokens = []
+    out = []
     try:
         for step in steps:
             for t in step.emitted:
                 streamer.put(torch.tensor([t]))
-            tokens.extend(step.emitted)
+            out.append(step)
     finally:
         streamer.end()  # a reader blocked on the streamer's queue (TextIteratorStreamer) is released even on an error
-    return tokens
+    return out
 
 
 def _input_ids(inputs, kwargs: dict) -> tuple[torch.Tensor, list[list[int]]]:

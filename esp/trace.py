@@ -143,9 +143,49 @@ class RunSummary:
     seconds: float
     tokens_per_s: float
     accept_hist: dict[int, int]  # accepted drafts per step -> number of steps (prefill excluded)
+    # The run's acceptance under the names and meaning of vLLM's per-request metrics (`acceptance`).
+    speculative_decoding: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def acceptance(steps: list[StepTrace]) -> dict:
+    """Per-request acceptance as vLLM reports it (`metrics.speculative_decoding`, with
+    `--per-request-spec-decode-metrics`), so figures from here and from vLLM sit side by side. A verification
+    step is a step after the prefill that fed at least one draft token (vLLM omits steps with none; tau counts
+    every forward, the prefill and plain steps included); a draft token is a fed tree node (a chain method's
+    node per drafted token, a tree method's every node, so its rate is lower for the same tokens); a step's
+    draft length is its tree's depth, the most it could accept, and `num_spec_tokens` the deepest seen."""
+    spec = [s for s in steps if not s.prefill and any(n.row is not None for n in s.nodes[1:])]
+    by_depth: dict[str, list[int]] = {}
+    for s in spec:
+        d = len(s.shape)
+        by_depth.setdefault(str(d), [0] * (d + 1))[len(s.accepted)] += 1
+    return _acceptance_of(by_depth, sum(n.row is not None for s in spec for n in s.nodes[1:]))
+
+
+def pooled_acceptance(parts: list[dict]) -> dict:
+    """`acceptance` of several requests together (a bench's questions): their steps pooled."""
+    by_depth: dict[str, list[int]] = {}
+    for part in parts:
+        for d, counts in part["acceptance_histogram_by_draft_length"].items():
+            mine = by_depth.setdefault(d, [0] * len(counts))
+            for a, c in enumerate(counts):
+                mine[a] += c
+    return _acceptance_of(by_depth, sum(part["num_draft_tokens"] for part in parts))
+
+
+def _acceptance_of(by_depth: dict[str, list[int]], drafted: int) -> dict:
+    """vLLM's fields from the steps counted by draft length and accepted drafts, and the draft tokens fed."""
+    deepest = max(map(int, by_depth), default=0)
+    hist = [sum(c[j] for c in by_depth.values() if j < len(c)) for j in range(deepest + 1)]
+    steps, accepted = sum(hist), sum(j * n for j, n in enumerate(hist))
+    return {"mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+            "acceptance_histogram": hist, "acceptance_histogram_by_draft_length": dict(sorted(by_depth.items(), key=lambda kv: int(kv[0]))),
+            "num_spec_steps": steps, "num_accepted_draft_tokens": accepted, "num_draft_tokens": drafted,
+            "num_spec_tokens": deepest}
 
 
 def summarize(method: str, steps: list[StepTrace], seconds: float) -> RunSummary:
@@ -161,4 +201,5 @@ def summarize(method: str, steps: list[StepTrace], seconds: float) -> RunSummary
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
         accept_hist=dict(sorted(hist.items())),
+        speculative_decoding=acceptance(steps),
     )

@@ -46,7 +46,8 @@ ASSETS = ROOT / "assets"
 # Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
 TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json",
-          "Qwen2.5-Coder-0.5B: ESP out-drafts the baselines (counting)": ASSETS / "trace_qwen05.json"}
+          "Qwen2.5-Coder-0.5B: ESP out-drafts the baselines (counting)": ASSETS / "trace_qwen05.json",
+          "Qwen2.5-Coder-1.5B: ESP on an everyday question (why the sky is blue)": ASSETS / "trace_qwen15.json"}
 # The same traces by file stem: their names in a link (?trace=trace_masks) and in the tour.
 SHIPPED = {path.stem: path for path in TRACES.values()}
 # While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not

@@ -6,7 +6,9 @@
 With the embedded model: one prompt where copying from the input dominates (the hybrid when the engine has it,
 else PLD), one where ESP's masks do best (counting). With Qwen2.5-Coder-0.5B (`make qwen` first): the same
 counting prompt, where ESP alone out-drafts PLD, STAND and LADE (tau 1.85 for esp:k=2:bc=30 against 1.17,
-1.60 and 1.37 at 48 tokens), the paper's point that ESP needs a model that already knows its future. Short
+1.60 and 1.37 at 48 tokens), the paper's point that ESP needs a model that already knows its future. With
+Qwen2.5-Coder-1.5B (`make qwen15`): ESP alone on an everyday question, the page's first screen. Every trace
+records the Mask Lens and the verifier's eye. Short
 runs keep the files small while every view, masks included, works.
 """
 from __future__ import annotations
@@ -31,13 +33,17 @@ COPY_PROMPT = ("Fix the typo in this sentence and write it again: The cat sat on
                "birds in the garden.")
 MASK_PROMPT = "Count from 1 to 30, separated by commas."
 QWEN05 = "qwen2.5-coder-0.5b"
+QWEN15 = "qwen2.5-coder-1.5b"
+# Where the embedded model's masks rarely win (tau 1.07 for ESP alone) and the 1.5B model's often do: the first screen.
+SKY_PROMPT = "Explain in simple words why the sky is blue during the day."
 MAX_NEW = 48
 
 
 def record(model: str, prompt: str, settings: RunSettings, path: Path) -> None:
     lm = load(model)
     ids = lm.chat_ids(prompt)
-    gen = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, align=True).generate(ids)
+    gen = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, align=True,
+                  lens=True).generate(ids)
     meta = {"model": lm.name, "model_name": model, "prompt": prompt, "prompt_ids": ids,
             "method": settings.method, "spec": settings.spec(), "settings": settings.describe(),
             "sampling": asdict(settings.sampling()), "max_new_tokens": settings.max_new_tokens,
@@ -52,7 +58,8 @@ def recordings() -> dict[str, tuple]:
     esp = RunSettings(method="esp", k=2, bc=30, max_new_tokens=MAX_NEW)
     return {"trace_copy": (EMBEDDED, COPY_PROMPT, RunSettings(method=copier, k=1, bc=30, max_new_tokens=MAX_NEW)),
             "trace_masks": (EMBEDDED, MASK_PROMPT, esp),
-            "trace_qwen05": (QWEN05, MASK_PROMPT, esp)}
+            "trace_qwen05": (QWEN05, MASK_PROMPT, esp),
+            "trace_qwen15": (QWEN15, SKY_PROMPT, esp)}
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import esp.bench.batch as batch
+import esp.bench.lens as lens
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
 from esp.budget.cost import CostCurve, curve_for
@@ -38,7 +39,7 @@ from esp.bench.oracle import oracle_width, price
 from esp.bench.shard import Shard, start
 from esp.decoding.timer import Phases
 from esp.decoding.verify import ranked
-from esp.trace import StepTrace
+from esp.trace import StepTrace, acceptance, pooled_acceptance
 from esp.bench.verdict import EXACT, FAILURE, NEAR_TIE, Verdict, classify, dtype_name, tally
 
 COLD, HOT = "cold", "hot"
@@ -114,6 +115,12 @@ def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> d
         gap = alignment_gap(rs)
         if gap:
             results[m]["alignment"] = gap
+        counted = [r["speculative_decoding"] for r in rs if "speculative_decoding" in r]
+        if counted:
+            results[m]["speculative_decoding"] = pooled_acceptance(counted)
+        ranks = lens.pooled(rs)
+        if ranks:
+            results[m]["lens"] = ranks
     return results
 
 
@@ -247,7 +254,7 @@ def converse(lm, turns: list[str], one: Callable[[list[int]], Turn]) -> list[Tur
 def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace) -> Turn:
     """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end)."""
     return Turn.of(lm, Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
-                               timings=False).generate(ids))
+                               timings=False, lens=a.lens).generate(ids))
 
 
 def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
@@ -257,7 +264,7 @@ def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
 
 
 def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[int], float] | None = None,
-           upto: int = 0, by_position: bool = False) -> dict:
+           upto: int = 0, by_position: bool = False, lensed: bool = False) -> dict:
     """One question's result for one method, all its turns pooled: the only place records are built. With
     `t` (seconds for a forward of q rows; the oracle may pad a feed to a cheaper width up to `upto`) an
     engine run is also priced on that curve: as fed, as the oracle feed, on the flat curve. `by_position`
@@ -272,8 +279,11 @@ def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[in
         return r
     steps = [s for turn in turns for s in turn.run.steps]
     r.update(widths(steps))
+    r["speculative_decoding"] = acceptance(steps)
     if align:
         r["align"] = alignment_sums(steps)
+    if lensed:
+        r["lens"] = lens.lens_ranks(steps)
     if t is not None:
         priced = price(steps, t, upto)
         drafted = [s for s in steps if not s.prefill] or steps
@@ -451,7 +461,7 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
                     else:
                         turns = converse(lm, turns_of(q, a.turns),
                                          lambda ids: engine_turn(lm, drafters[s].get(rep), ids, a))
-                        runs[s].append((record(q, s, turns, a.align, curve.predict, max(curve.q), a.by_position), turns))
+                        runs[s].append((record(q, s, turns, a.align, curve.predict, max(curve.q), a.by_position, a.lens), turns))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
             kept = {s: sorted(rs, key=lambda x: x[0]["seconds"])[len(rs) // 2] for s, rs in runs.items()}
@@ -483,6 +493,9 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
     print(table(results))
     print(ORACLE_NOTE)
     by_position = position_table(rows, list(results)) if a.by_position else ""
+    ranks = lens.table(results)
+    if ranks:
+        print(f"Mask Lens (raw logit lens), the real token's rank by layer:\n{ranks}")
     if by_position:
         print(f"By answer position (decoding steps after the prefill):\n{by_position}")
     kinds = Counter(ref["kind"] for _, ref in refs)
@@ -502,6 +515,7 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
         gaps = alignment_table(results)
         Path(a.markdown).write_text(table(results, markdown=True) + f"\n\n{said}\n\n{ORACLE_NOTE}\n"
                                     + (f"\nAlignment gap by layer (accepted - rejected, mean-centred cosine)\n\n{gaps}\n" if gaps else "")
+                                    + (f"\nMask Lens (raw logit lens), the real token's rank by layer\n\n{ranks}\n" if ranks else "")
                                     + (f"\nBy answer position (decoding steps after the prefill)\n\n{by_position}\n" if by_position else ""))
     if a.html:
         chart(results, a.html)
@@ -536,6 +550,9 @@ def parser() -> argparse.ArgumentParser:
                    help="spread the model over the visible GPUs (under torchrun: over this process's share of them)")
     p.add_argument("--align", action="store_true",
                    help="record per-layer alignment of mask states (accepted vs rejected) for methods with masks")
+    p.add_argument("--lens", action="store_true",
+                   help="record the Mask Lens (raw logit lens of every mask at every layer) and report, per layer, the "
+                        "rank of the real token for accepted against rejected masks (slower: off for timing runs)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--repeats", type=int, default=1,
                    help="generations per question and method, interleaved; each keeps its run of median time")
