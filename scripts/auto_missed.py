@@ -31,24 +31,21 @@ from esp.models.loader import load  # noqa: E402
 
 
 def spy(spec: str):
-    """A drafter of `spec` that keeps, per step, its full grown tree and the budget's choice."""
+    """A drafter of `spec` that keeps, per drafted step, its full grown tree (from the step's record,
+    Proposal.plan) and the budget's choice."""
     d = build(spec)
-    grow, propose = d._grow, d.propose
+    propose = d.propose
     d.log = []
 
-    def grown(ctx):
-        tree, cands = grow(ctx)
-        d.log.append({"pos": len(ctx.tokens), "step": ctx.step, "tree": tree})
-        return tree, cands
-
     def proposed(ctx):
-        n = len(d.log)
         prop = propose(ctx)
-        if len(d.log) > n:  # a drafted step (a backed-off one grows nothing)
-            d.log[-1].update(fed=len(prop.tree) - 1, gain=d.gain, masks=prop.k if prop.masked else 0)
+        draft = prop.plan.draft
+        if draft is not None:  # a drafted step (a backed-off one grows nothing)
+            d.log.append({"pos": len(ctx.tokens), "step": ctx.step, "tree": draft.tree, "fed": len(prop.tree) - 1,
+                          "gain": draft.gain, "masks": prop.k if prop.masked else 0})
         return prop
 
-    d._grow, d.propose = grown, proposed
+    d.propose = proposed
     return d
 
 
