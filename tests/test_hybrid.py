@@ -1,6 +1,7 @@
 """The hybrid drafter and the budget machinery: cost curve, calibrator, width choice, trie merge, lossless."""
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 import torch
@@ -231,6 +232,36 @@ def test_a_lookup_nodes_key_separates_a_continuing_copy_from_a_fresh_one(tiny_lm
     cal.update(chain, 8, 8)
     cal.update(fresh, 0, 8)
     assert cal.p(chain) > 0.5 > cal.p(fresh)
+
+
+def test_the_hybrid_labels_its_candidates_by_the_verifiers_choices(tiny_lm):
+    """The labels are the verifier's (StepResult.choices), never a choice the hybrid makes itself: handed other
+    choices (a rule under which every node's best candidate is right), it books exactly those."""
+    lm = tiny_lm("llama")
+    booked = []
+
+    class Spy(HybridDrafter):
+        def observe(self, ctx, res):
+            draft, tree = res.proposal.plan.draft, res.proposal.tree
+            if draft is None:
+                return super().observe(ctx, res)
+            choices = [cs[0].token if (cs := draft.cands.get(v)) else res.choices[v] for v in range(len(tree))]
+            cal, got = self.memory.calibrator, []
+            real = cal.update
+            cal.update = lambda keys, accepted, seen=1: got.append(accepted) or real(keys, accepted, seen)
+            try:
+                notes = super().observe(ctx, replace(res, choices=choices))
+            finally:
+                del cal.update
+            right = lambda said: sum(c.token == said[v] for v in range(len(tree)) for c in draft.cands.get(v, ()))
+            booked.append((sum(got), right(choices), right(res.choices)))
+            return notes
+
+    prompt = _prompt(1, lm.vocab_size)
+    run = Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=16).generate(prompt)
+    assert run.tokens == Decoder(lm, max_new_tokens=16).generate(prompt).tokens
+    assert booked and all(got == want for got, want, _ in booked)
+    assert any(want != truth for _, want, truth in booked)  # the handed choices, not the hybrid's own
 
 
 # ---------------------------------------------------------------- the engine with budgets
