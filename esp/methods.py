@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from esp.budget.width import BatchPadding
+from esp.budget.batch import BatchPadding
 from esp.decoding.drafter import BatchPlanner, Drafter
 from esp.drafters.esp import ESPConfig, ESPDrafter
 from esp.drafters.hybrid import AUTO, HybridDrafter
@@ -118,7 +118,7 @@ def build(spec: str, defaults: dict | None = None) -> Drafter:
 def build_batch(spec: str, n: int, defaults: dict | None = None) -> tuple[list[Drafter], BatchPlanner]:
     """`n` drafters for `spec`, one per prompt of a batch (none shared), and what sets the batch's widths: the
     drafters' own planner (bc=auto: one width for all rows), else one that only pads a forward where a wider
-    one costs less (`esp.budget.width.BatchPadding`)."""
+    one costs less (`esp.budget.batch.BatchPadding`)."""
     drafters = [build(spec, defaults) for _ in range(n)]
     return drafters, (drafters[0].batch_planner() if drafters else None) or BatchPadding()
 

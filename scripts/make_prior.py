@@ -73,7 +73,7 @@ def main() -> None:
         for q in qs:
             Decoder(lm, d, max_new_tokens=a.max_new_tokens, trace_mask=False, timings=False).generate(lm.chat_ids(q["turns"][0]))
         learned.append(d.learned())
-        print(f"{spec}: {len(qs)} questions, {len(d.calibrator.counts)} keys", file=sys.stderr)
+        print(f"{spec}: {len(qs)} questions, {len(d.memory.calibrator.counts)} keys", file=sys.stderr)
     prior = merge(learned)
     out = None if a.save else Path(a.out) if a.out else SHIPPED / f"{model_key(lm)}.json"
     print(save(lm, prior, out))

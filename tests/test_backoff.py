@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from esp.budget.width import LOSS_BUDGET, PLAIN_GAP, Backoff, choose
 from esp.budget.cost import CostCurve, smooth
+from esp.drafters.candidates import Draft
 from esp.drafters.hybrid import HybridDrafter
 from esp.decoding.engine import Decoder
 from esp.decoding.tree import DraftTree
@@ -119,19 +121,20 @@ class Scripted(HybridDrafter):
         fake = CostCurve(*CURVE)
         self.step_seconds = lambda res: fake.predict(res.layout.size)  # a fake clock: the fake curve's time
 
-    def _grow(self, ctx):
+    def _draft(self, ctx):
         done = len(ctx.tokens) - self.n_prompt
         want = self.truth[done : done + self.depth]
         toks = [t if self.right else (t + 1) % ctx.lm.vocab_size for t in want]
         cum = [0.9 ** (d + 1) for d in range(len(toks))]
         tree = DraftTree([ctx.tokens[-1], *toks], list(range(-1, len(toks))), [1.0] + [0.9] * len(toks),
                          [1.0, *cum], sources=[()] + [("lookup",)] * len(toks), p=[1.0, *cum])
-        self.path_of = {i: tuple(toks[:i]) for i in range(len(toks) + 1)}
-        return tree, {}
+        gain = self.memory.gain
+        return Draft(tree=tree, p=np.minimum(np.asarray(cum) * gain, 1.0), cands={},
+                     path_of={i: tuple(toks[:i]) for i in range(len(toks) + 1)}, gain=gain, esp_depths=None)
 
     def observe(self, ctx, res):
         notes = super().observe(ctx, res)
-        self.reliability = [4.0, 4.0]  # P stays what the script says, however wrong
+        self.memory.reliability = [4.0, 4.0]  # P stays what the script says, however wrong
         return notes
 
 
@@ -160,7 +163,7 @@ def test_a_drafter_whose_p_is_always_wrong_ends_at_plain_steps(tiny_lm):
 def test_a_drafter_whose_drafts_pay_keeps_drafting(tiny_lm):
     d, steps = _decode(tiny_lm("llama"), right=True)
     assert all(s.cost["mode"] == "draft" and s.cost["rows"] > 1 for s in steps[:-1])
-    assert d.backoff.backoffs == 0 and sum(len(s.emitted) for s in steps) / len(steps) > 4
+    assert d.memory.backoff.backoffs == 0 and sum(len(s.emitted) for s in steps) / len(steps) > 4
     state = steps[-1].cost["backoff"]
     assert state["draft_rate"] > 1 / CURVE[1][0]  # tokens per (fake) second beat a plain step's
 

@@ -114,7 +114,7 @@ def test_stand_gumbel_drafts_repeat_per_seed(tiny_lm):
 
     def first_tree():
         d = STANDDrafter(bc=12)
-        ctx = Context(lm, list(prompt), len(prompt), s, 0)
+        ctx = Context(lm=lm, tokens=list(prompt), n_prompt=len(prompt), sampling=s)
         d.start(ctx)
         return d.propose(ctx).tree.tokens
 

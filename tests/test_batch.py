@@ -17,9 +17,10 @@ from transformers import TextIteratorStreamer
 import esp
 from conftest import ARCHS, ROOT
 from esp.budget.cost import CostCurve, padded
-from esp.budget.width import BatchPadding, BatchWidth, by_rows, choose
+from esp.budget.batch import BatchPadding, BatchWidth, Budgeted
+from esp.budget.width import by_rows, choose
 from esp.decoding.batch import BatchDecoder
-from esp.decoding.drafter import Context
+from esp.decoding.drafter import Budget, Context, Offer
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
 from esp.methods import build, build_batch
@@ -182,13 +183,23 @@ class _Offers:
     def __init__(self, offer: np.ndarray, curve: CostCurve):
         self.curve, self._offer, self.asked = curve, offer, 0
 
-    def offer(self, ctx) -> np.ndarray:
+    def offer(self, ctx) -> Offer:
         self.asked += 1
-        return self._offer
+        return Offer(tokens=self._offer)
 
 
 def _ctx(step: int) -> Context:
-    return Context(None, [1], 1, esp.Sampling(), step, batched=True)
+    return Context(lm=None, tokens=[1], n_prompt=1, sampling=esp.Sampling(), step=step, batched=True)
+
+
+def _width(planner: BatchWidth, rows: list, step: int) -> int | None:
+    """The one width `planner` gives every row of the batch `rows` at `step` (None: each row its own), checking
+    that each row's budget hands back that row's own offer."""
+    budgets = planner.plan(rows, [_ctx(step)] * len(rows))
+    if budgets is None:
+        return None
+    assert len({b.rows for b in budgets}) == 1 and all(b.offer is None or b.offer.tokens is r._offer for b, r in zip(budgets, rows))
+    return budgets[0].rows
 
 
 def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
@@ -198,20 +209,21 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     flat = CostCurve([1, 256], [1.0, 1.2])  # wide blocks nearly free: draft
     steep = CostCurve([1, 256], [1.0, 256.0])  # every row costs a plain step: never draft
     wide = BatchWidth()
-    assert wide.width([_Offers(good, flat)] * 4, [_ctx(0)] * 4) is None  # the prefill: each row its own
-    assert wide.width([_Offers(good, flat)] * 4, [_ctx(1)] * 4) > 1
-    assert BatchWidth().width([_Offers(good, steep)] * 4, [_ctx(1)] * 4) == 1
+    assert isinstance(_Offers(good, flat), Budgeted)  # what a batch budget needs of a drafter, and nothing else
+    assert _width(wide, [_Offers(good, flat)] * 4, 0) is None  # the prefill: each row its own
+    assert _width(wide, [_Offers(good, flat)] * 4, 1) > 1
+    assert _width(BatchWidth(), [_Offers(good, steep)] * 4, 1) == 1
     # Drafted steps that bring nothing: the batch backs off to plain rows and stops asking for offers.
     row = _Offers(good, flat)
     for _ in range(3):
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])  # plain steps: a second each
     for _ in range(20):
-        w = wide.width([row] * 4, [_ctx(5)] * 4)
+        w = _width(wide, [row] * 4, 5)
         if w == 1 and not wide.backoff.drafting:
             break
         wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
     asked = row.asked
-    assert not wide.backoff.drafting and wide.width([row] * 4, [_ctx(6)] * 4) == 1 and row.asked == asked
+    assert not wide.backoff.drafting and _width(wide, [row] * 4, 6) == 1 and row.asked == asked
 
 
 @pytest.mark.model
@@ -239,12 +251,38 @@ def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
     asked_at = []
     for step in range(1, 40):
         before = row.asked
-        assert wide.width([row] * 4, [_ctx(step)] * 4) == 1
+        assert _width(wide, [row] * 4, step) == 1
         if row.asked > before:
             asked_at.append(step)
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])
     assert asked_at[:5] == [1, 3, 6, 11, 20]  # waits of 1, 2, 4, 8 plain steps, then at most REST_MAX
     assert all(b - a <= BatchWidth.REST_MAX + 1 for a, b in zip(asked_at, asked_at[1:]))
+
+
+class _FourRows:
+    """A new batch budget, written against the drafter interface alone (esp.budget.batch.Budgeted): four rows
+    per sequence after the prefill, each row filling them from its own offer."""
+
+    def plan(self, drafters, ctxs):
+        return None if ctxs[0].step == 0 else [Budget(rows=4, offer=d.offer(c)) for d, c in zip(drafters, ctxs)]
+
+    def rows(self, batch: int, q: int) -> int:
+        return q
+
+    def observe(self, width, fed, tokens, seconds, timed) -> None:
+        pass
+
+
+def test_a_new_batch_budget_needs_only_the_drafter_interface(tiny_lm):
+    lm = tiny_lm("llama")
+    prompts = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], [11, 12, 13, 11, 12, 13, 11], [21, 22, 23, 24, 21, 22]]
+    alone = [Decoder(lm, max_new_tokens=24).generate(p).tokens for p in prompts]
+    rows = [build("hybrid:bc=auto") for _ in prompts]
+    assert all(isinstance(d, Budgeted) for d in rows)
+    got = BatchDecoder(lm, rows, max_new_tokens=24, planner=_FourRows()).generate(prompts)
+    assert [g.tokens for g in got] == alone
+    widths = [len(s.positions) for g in got for s in g.steps if not s.prefill]
+    assert max(widths) == 4 and min(widths) >= 1  # the budget's width, filled from each row's offer
 
 
 def test_padding_picks_a_wider_forward_only_where_it_costs_less():

@@ -8,11 +8,11 @@ import torch
 
 from esp.drafters.esp import ESPConfig, default_shape
 from esp.errors import ESPError
-from esp.decoding.kvcache import commit
+from esp.models.kvcache import commit
 from esp.decoding.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
 from esp.sampling import Sampling, draw, probs, top_k
 from esp.decoding.tree import DraftTree, dynamic_tree, static_tree
-from esp.decoding.verify import verify
+from esp.decoding.verify import check, verify
 
 
 def _dist(v: int, ranked: list[int]) -> torch.Tensor:
@@ -209,7 +209,7 @@ def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
     lm = tiny_lm("llama")
     prompt, out = [3, 9, 4, 7], [5, 11, 2]
     mask = MaskEmbedding(k=2, lam=0.1)
-    mask.start(Context(lm, prompt + out, len(prompt), Sampling(), 0, False))
+    mask.start(Context(lm=lm, tokens=prompt + out, n_prompt=len(prompt), sampling=Sampling()))
     e = lm.embed(prompt + out)
     want = e[: len(prompt)].mean(0)
     for x in e[len(prompt) :]:
@@ -218,3 +218,22 @@ def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
     mask.update(lm, [6])
     assert torch.allclose(mask.m[1], want + 0.1 * (lm.embed([6])[0] - want), atol=1e-12)
     assert not torch.equal(mask.m, mask.m0)
+
+
+def test_the_verifier_hands_over_its_choice_after_every_fed_node():
+    """`check(...).choices[i]` is the target's token after node i by the verifier's own rule, for every node,
+    walked or not: greedy the row's argmax (an exact tie to the lower id), sampled the draw keyed by the position
+    after the node; the walk itself follows those choices, and the bonus is the last one."""
+    g = torch.Generator().manual_seed(0)
+    tree = DraftTree([1, 2, 3, 4, 5], [-1, 0, 0, 1, 3], [1.0] * 5, [1.0] * 5)
+    logits = torch.randn(5, 40, generator=g, dtype=torch.float64)
+    logits[0, 2] = logits[1, 4] = logits[3, 9] = 50.0  # root -> node 1 (token 2) -> node 3 (token 4), bonus 9
+    logits[2, 7] = logits[2, 6] = 60.0  # node 2 (never walked): an exact tie
+    for s in (Sampling(), Sampling(temperature=1.0, seed=3)):
+        v = check(tree, logits, 10, s)
+        want = [draw(logits[i], 10 + d + 1, s) for i, d in enumerate(tree.depths)]
+        assert list(v.choices) == want and len(v.choices) == len(tree)
+        assert all(tree.tokens[b] == v.choices[a] for a, b in zip(v.path, v.path[1:])) and v.bonus == v.choices[v.path[-1]]
+    greedy = check(tree, logits, 10, Sampling())
+    assert (greedy.path, greedy.bonus) == ([0, 1, 3], 9) and greedy.choices[1:3] == [4, 6]
+

@@ -2,6 +2,7 @@
 tokens against plain decoding's: tests/test_lossless_matrix.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from esp.budget.width import choose
 from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
 from esp.decoding.drafter import Context
+from esp.drafters.candidates import calibrated
 from esp.drafters.hybrid import HybridDrafter
 from esp.drafters.pld import NgramIndex
 from esp.decoding.engine import Decoder
@@ -124,7 +126,7 @@ def test_masks_go_where_the_accepted_path_is_likely_to_end():
 # ---------------------------------------------------------------- merged tree
 
 def _ctx(lm, prompt, step=0):
-    return Context(lm, list(prompt), len(prompt), Sampling(), step)
+    return Context(lm=lm, tokens=list(prompt), n_prompt=len(prompt), sampling=Sampling(), step=step)
 
 
 def _continuations_by_hand(text: list[int], max_n: int, draft: int, limit: int,
@@ -173,8 +175,7 @@ def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):
     prompt = [40, 41, 6, 7, 8]  # its suffix 6 7 8 occurs only in the earlier prompt
     ctx = _ctx(lm, prompt)
     d.start(ctx)
-    d.propose(ctx)
-    (first,) = d.cands[0]
+    (first,) = d.propose(ctx).plan.draft.cands[0]
     assert first.token == 9 and first.keys[1] == (("lookup",), (-3,))  # a 3-token match, into other text
 
 
@@ -199,7 +200,7 @@ def test_fed_nodes_label_all_their_candidates(tiny_lm):
     d = HybridDrafter(bc=12, curve=FLAT)
     run = Decoder(lm, d, max_new_tokens=12).generate(_prompt(1, lm.vocab_size))
     fed = sum(len(s.nodes) for s in run.steps)
-    assert d.calibrator.seen > fed  # several candidates per fed node, fed or not
+    assert d.memory.calibrator.seen > fed  # several candidates per fed node, fed or not
 
 
 
@@ -210,9 +211,9 @@ def test_a_lookup_nodes_key_separates_a_continuing_copy_from_a_fresh_one(tiny_lm
     marks = []
 
     class Spy(HybridDrafter):
-        def propose(self, ctx, rows=None):
-            out = super().propose(ctx, rows)
-            marks.append({c.keys[4][-1] for cs in self.cands.values() for c in cs if LOOKUP in c.sources})
+        def propose(self, ctx):
+            out = super().propose(ctx)
+            marks.append({c.keys[4][-1] for cs in out.plan.draft.cands.values() for c in cs if LOOKUP in c.sources})
             return out
 
     d = Spy(bc=16, sources=("lookup",), curve=FLAT, prior="none")
@@ -224,14 +225,43 @@ def test_a_lookup_nodes_key_separates_a_continuing_copy_from_a_fresh_one(tiny_lm
     assert all(m <= {h} for m, h in zip(marks, held))
     assert {True, False} <= {h for m, h in zip(marks, held) if m}  # both cases were drafted
     by = {LOOKUP: (4, 0)}
-    d.live = True
-    _, chain, _ = d._calibrated(by, 2)
-    d.live = False
-    _, fresh, _ = d._calibrated(by, 2)
+    cal = d.memory.calibrator
+    _, chain, _ = calibrated(by, 2, cal, live=True)
+    _, fresh, _ = calibrated(by, 2, cal, live=False)
     assert chain[:-1] == fresh[:-1] and chain[-1] != fresh[-1]
-    d.calibrator.update(chain, 8, 8)
-    d.calibrator.update(fresh, 0, 8)
-    assert d.calibrator.p(chain) > 0.5 > d.calibrator.p(fresh)
+    cal.update(chain, 8, 8)
+    cal.update(fresh, 0, 8)
+    assert cal.p(chain) > 0.5 > cal.p(fresh)
+
+
+def test_the_hybrid_labels_its_candidates_by_the_verifiers_choices(tiny_lm):
+    """The labels are the verifier's (StepResult.choices), never a choice the hybrid makes itself: handed other
+    choices (a rule under which every node's best candidate is right), it books exactly those."""
+    lm = tiny_lm("llama")
+    booked = []
+
+    class Spy(HybridDrafter):
+        def observe(self, ctx, res):
+            draft, tree = res.proposal.plan.draft, res.proposal.tree
+            if draft is None:
+                return super().observe(ctx, res)
+            choices = [cs[0].token if (cs := draft.cands.get(v)) else res.choices[v] for v in range(len(tree))]
+            cal, got = self.memory.calibrator, []
+            real = cal.update
+            cal.update = lambda keys, accepted, seen=1: got.append(accepted) or real(keys, accepted, seen)
+            try:
+                notes = super().observe(ctx, replace(res, choices=choices))
+            finally:
+                del cal.update
+            right = lambda said: sum(c.token == said[v] for v in range(len(tree)) for c in draft.cands.get(v, ()))
+            booked.append((sum(got), right(choices), right(res.choices)))
+            return notes
+
+    prompt = _prompt(1, lm.vocab_size)
+    run = Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=16).generate(prompt)
+    assert run.tokens == Decoder(lm, max_new_tokens=16).generate(prompt).tokens
+    assert booked and all(got == want for got, want, _ in booked)
+    assert any(want != truth for _, want, truth in booked)  # the handed choices, not the hybrid's own
 
 
 # ---------------------------------------------------------------- the engine with budgets
@@ -250,11 +280,11 @@ def test_one_head_call_covers_nodes_and_masks(tiny_lm):
 
     Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=10).generate(_prompt(4, lm.vocab_size))
     masked = [r for r in seen if r.layout.size > r.layout.n_nodes]
-    assert masked and all(r.block_logits is not None and len(r.block_logits) == r.layout.size for r in seen)
+    assert masked and all(r.forward.block_logits is not None and len(r.forward.block_logits) == r.layout.size for r in seen)
     for r in masked:
         rows = list(range(r.layout.size))
-        assert torch.allclose(r.logits(rows, lm), lm.head(r.hidden[rows]), atol=1e-6)
-        assert torch.equal(r.node_logits, r.block_logits[: r.layout.n_nodes])
+        assert torch.allclose(r.logits(rows, lm), lm.head(r.forward.hidden[rows]), atol=1e-6)
+        assert torch.equal(r.node_logits, r.forward.block_logits[: r.layout.n_nodes])
 
 
 def test_fixed_budget_fills_its_rows_and_traces_sources_p_and_cost(tiny_lm):
@@ -318,13 +348,13 @@ def test_two_masks_compete_with_one(tiny_lm):
     d = HybridDrafter(bc=16, k=2, curve=FLAT)
     ctx = _ctx(lm, prompt, step=1)
     d.start(ctx)
-    d.mask_value = [[40.0, 4.0], [0.0, 400.0]]  # mask 1's drafts have paid well, mask 2's never
+    d.memory.mask_value = [[40.0, 4.0], [0.0, 400.0]]  # mask 1's drafts have paid well, mask 2's never
     one = d.propose(ctx)
-    d.mask_value = [[40.0, 4.0], [40.0, 4.0]]  # both have
+    d.memory.mask_value = [[40.0, 4.0], [40.0, 4.0]]  # both have
     two = d.propose(ctx)
     assert (one.k, len(one.mask_embeds)) == (1, 1) and one.masked
     assert (two.k, len(two.mask_embeds)) == (2, 2) and two.masked
-    assert d._mask_value(1) == pytest.approx(10.0) and d._mask_value(2) == pytest.approx(20.0)
+    assert d.memory.mask_worth(1) == pytest.approx(10.0) and d.memory.mask_worth(2) == pytest.approx(20.0)
 
 
 # ---------------------------------------------------------------- sources as a setting
@@ -333,10 +363,10 @@ def test_two_masks_compete_with_one(tiny_lm):
                                          ("table+ESP", ("esp", "table")), ("lookup", ("lookup",)), ("esp+esp", ("esp",))])
 def test_sources_setting_parses_any_subset_and_describe_names_them(value, want):
     d = build(f"hybrid:bc=60:sources={value}")
-    assert d.sources == want
+    assert d.cfg.sources == want
     assert f"sources={'+'.join(want)}" in d.describe()
     assert (" k=" in d.describe()) == ("esp" in want)  # mask settings are shown only when masks are on
-    assert build("hybrid").sources == ("esp", "lookup", "table")  # the default: every source
+    assert build("hybrid").cfg.sources == ("esp", "lookup", "table")  # the default: every source
 
 
 @pytest.mark.parametrize("value", ["foo", "", "esp+", "pool", "esp,lookup"])
@@ -354,10 +384,10 @@ def test_a_source_that_is_off_costs_nothing(tiny_lm, mode):
     no_esp = build("hybrid:bc=24:sources=lookup+table")
     run = Decoder(lm, no_esp, sampling=s, max_new_tokens=24).generate(prompt)
     assert all("mask" not in st.row_kinds for st in run.steps)  # no mask rows fed, so none computed
-    assert no_esp.mask is None and no_esp.k == 0
+    assert no_esp.mask is None and no_esp.cfg.k == 0
     assert {src for st in run.steps for n in st.nodes for src in n.sources} <= {"lookup", "table"}
     no_table = build("hybrid:bc=24:sources=esp+lookup")
     run = Decoder(lm, no_table, sampling=s, max_new_tokens=24).generate(prompt)
-    assert len(no_table.table) == 0  # nothing harvested
+    assert len(no_table.memory.table) == 0  # nothing harvested
     assert any("mask" in st.row_kinds for st in run.steps)
     assert "table" not in {src for st in run.steps for n in st.nodes for src in n.sources}

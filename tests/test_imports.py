@@ -164,6 +164,16 @@ def layer(module: str) -> int:
 
 
 def test_no_import_runs_back_up_between_the_engines_folders():
+    """The engine's layers, lowest first; a module imports its own layer and those below, never one above:
+    1. leaves: esp.errors, esp.trace, esp.sampling, esp.device, esp.paths (no engine imports);
+    2. esp.models: the Hugging Face model, its KV cache (esp.models.kvcache, every cache edit) and forward timings;
+    3. esp.decoding: the loop (engine, batch), tree, layout, verifier, and the drafter interface with its
+       records (esp.decoding.drafter);
+    4. esp.budget: cost curves, calibration, width choice and the batch budgets, which see drafters only through
+       that interface (esp.budget.batch.Budgeted);
+    5. esp.drafters: ESP, the hybrid and the baselines, which implement it;
+    6. the entry points (esp.api, esp.methods, esp.cli, ...), which name the drafters;
+    7. esp.bench, which measures the entry points; 8. the programs (esp.console, __main__ modules)."""
     g = graph()
     assert layer("esp.decoding.engine") < layer("esp.budget.cost") < layer("esp.drafters.hybrid") < layer("esp.api")
     up = sorted(f"{m} -> {d}" for m, deps in g.items() for d in deps if layer(d) > layer(m))

@@ -89,7 +89,9 @@ def test_drafters_own_their_learning(fake_machine):
     a, b = build("hybrid:bc=auto"), build("hybrid:bc=auto")
     for d in (a, b):
         Decoder(lm, d, max_new_tokens=8, trace_mask=False).generate(_prompts(lm.vocab_size)[0])
-    for part in ("calibrator", "mask_value", "reliability", "backoff", "table", "curve", "mask"):
+    for part in ("calibrator", "mask_value", "reliability", "backoff", "table"):
+        assert getattr(a.memory, part) is not getattr(b.memory, part), part
+    for part in ("memory", "curve", "mask"):
         assert getattr(a, part) is not getattr(b, part), part
-    assert a.calibrator.counts is not b.calibrator.counts and a.curve.t is not b.curve.t
+    assert a.memory.calibrator.counts is not b.memory.calibrator.counts and a.curve.t is not b.curve.t
     assert cost._CURVES[cost.curve_key(lm)] == STORED  # the stored curve was only read

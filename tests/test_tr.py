@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import repeated_prompt as _prompt
-from esp.decoding.drafter import Proposal, StepResult
+from esp.decoding.drafter import Forward, Proposal, StepResult
 from esp.drafters.tr import PAPER, TEMPLATES, WIDTH, Template, TRDrafter, recycle
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
@@ -66,7 +66,8 @@ def test_observe_stores_the_target_top_k_of_every_fed_row():
     d.matrix = torch.full((50, WIDTH), -1, dtype=torch.long)
     tree = DraftTree([5, 9, 11], [-1, 0, 1], [1.0] * 3, [1.0] * 3)
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    res = StepResult(Proposal(tree), None, torch.zeros(3, 1), None, logits, [0, 1], 0, 0, [9, 0])
+    res = StepResult(proposal=Proposal(tree=tree), layout=None, root_pos=0, node_logits=logits, path=[0, 1], bonus=0,
+                     choices=[], emitted=[9, 0], forward=Forward(hidden=torch.zeros(3, 1)))
     d.observe(None, res)
     for row, tok in enumerate(tree.tokens):
         assert d.matrix[tok].tolist() == torch.topk(logits[row], WIDTH).indices.tolist()

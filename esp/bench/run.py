@@ -499,6 +499,17 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
 
 
 def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
+    made = provenance(argv)
+    specs, drafters, questions = _checked(a)
+    if a.batch is not None:
+        _throughput(a, specs, questions, made)
+    else:
+        _bench(a, specs, drafters, questions, made)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The bench's command line."""
     p = argparse.ArgumentParser(prog="python -m esp.bench", description=__doc__, epilog=listing(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -538,8 +549,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
-    a = p.parse_args(argv)
-    made = provenance(argv)
+    return p
+
+
+def _checked(a: argparse.Namespace) -> tuple[list[str], dict[str, "Drafters"], list[dict]]:
+    """The methods (ar first), their drafters and the questions the arguments ask for; a bad argument exits
+    with one line."""
     if a.per_category is not None and a.per_category < 1:
         fail("--per-category must be at least 1.")
     check_model_args(a)
@@ -560,19 +575,25 @@ def main(argv: list[str] | None = None) -> None:
     questions = load_questions(a.questions, a.per_category, ids)
     if a.answers and any("question_id" not in q for q in questions):
         fail(f"--answers needs a question_id on every question of {a.questions}.")
+    return specs, drafters, questions
 
-    if a.batch is not None:
-        try:
-            sizes = batch.parse_batches(a.batch)
-        except ValueError as e:
-            fail(str(e))
-        lm = load_model(a)
-        prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
-        runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions})
-        if a.markdown:
-            Path(a.markdown).write_text(batch.table(runs) + "\n")
-        return
 
+def _throughput(a: argparse.Namespace, specs: list[str], questions: list[dict], made: dict) -> None:
+    """`--batch`: the questions' first turns B at a time, every method beside batched generate()."""
+    try:
+        sizes = batch.parse_batches(a.batch)
+    except ValueError as e:
+        fail(str(e))
+    lm = load_model(a)
+    prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
+    runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions})
+    if a.markdown:
+        Path(a.markdown).write_text(batch.table(runs) + "\n")
+
+
+def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafters"], questions: list[dict],
+           made: dict) -> None:
+    """The Spec-Bench protocol on this process's share of the questions; the main process reports."""
     shard = start()
     try:
         lm = load_model(a, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)

@@ -1,1 +1,2 @@
-"""How wide a step should be: the width choice and back-off, the cost curve, calibration and its prior."""
+"""How wide a step should be: the width choice and back-off, the batch budgets, the cost curve, calibration and
+its prior."""

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from esp.budget.cost import CostCurve, curve_for, padded
 
 PLAIN_GAP = 16  # plain steps after a failed probe; doubled with each further failure in a row
 LOSS_BUDGET = 2.0  # plain steps' worth of time a probe may lose (or must gain to pass), net
 PLAIN_EMA = 0.1  # weight of each new plain step in the plain step time, once 10 have been seen
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Choice:
     """The step's shape: the first `n` candidates, `k` masks on each node in `masked` (0 = root)."""
 
@@ -67,7 +66,8 @@ def choose(
     if cost is not None and not force_mask:
         plain = (1 + margin) / float(cost[1])
         if best_rate(p, mask_value if m_max else 0.0, cost[: max(cap, 1) + 1], 2) * (1 + 1e-9) < plain:
-            return Choice(0, (), 1, 1.0, float(cost[1]), k)  # exactly what the tables would pick; the slack covers rounding
+            # exactly what the tables would pick; the slack covers rounding
+            return Choice(n=0, masked=(), rows=1, expected=1.0, seconds=float(cost[1]), k=k)
     expected, rows, p_end = _tables(p, parents, k, mask_value, m_max)
     ok = rows <= max(cap, 1)
     if force_mask and m_max:
@@ -82,7 +82,8 @@ def choose(
     m, n = divmod(best, n_cand + 1)
     masked = tuple(sorted(np.argsort(-p_end[:, n], kind="stable")[:m].tolist()))
     r = int(rows[m, n])
-    return Choice(n, masked, r, float(expected[m, n]), None if cost is None else float(cost[r]), k)
+    return Choice(n=n, masked=masked, rows=r, expected=float(expected[m, n]),
+                  seconds=None if cost is None else float(cost[r]), k=k)
 
 
 def _tables(p: np.ndarray, parents: list[int], k: int, mask_value: float, m_max: int):
@@ -211,86 +212,3 @@ class Backoff:
                 "loss": round(self.loss / t1, 3) if t1 else 0.0, "gain": round(self.gain / t1, 3) if t1 else 0.0,
                 "t1_s": round(t1, 6), "draft_rate": rate(self.prompt["draft"]), "plain_rate": rate(self.prompt["plain"]),
                 "draft_rate_all": rate(self.life["draft"]), "plain_rate_all": rate(self.life["plain"])}
-
-
-class BatchPadding:
-    """A batch of drafters that each propose their own block. A batch forward pads every row's block to the
-    widest, q rows per sequence; it pads further, to q' rows, where the machine's curve says B q' rows cost
-    less than B q (`padded`: a CPU's BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from 4 to
-    3 is best fed 6). The curve is the machine's prior (`curve_for`), learned from the batch's own forwards."""
-
-    def __init__(self):
-        self.curve: CostCurve | None = None
-
-    def width(self, drafters: list, ctxs: list) -> int | None:
-        """Rows per sequence this step: None, each row proposes its own block."""
-        if self.curve is None:
-            self.curve = curve_for(ctxs[0].lm)
-        return None
-
-    def rows(self, batch: int, q: int) -> int:
-        """Rows per sequence to feed when the widest block has q rows: q, or more where that costs less."""
-        top = 2 * q + 2
-        return int(padded(self.curve.table(batch * top)[batch * np.arange(1, top + 1)])[q - 1])
-
-    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
-        """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, emitting `tokens`
-        over the batch in `seconds`; `timed`: the (rows, seconds) of its forwards measured by now."""
-        for rows, secs in timed:
-            self.curve.observe(rows, secs)
-
-
-class BatchWidth(BatchPadding):
-    """`bc=auto` over a batch: one width Q for every row, since a batch forward pads each row's block to the
-    widest. Each row offers the most expected tokens it can add at every width (`by_rows`); Q maximises the
-    batch's expected tokens per second, sum of offers at Q / t(B Q) (t at the width Q is fed as, padded), on
-    the rows' measured curve, and beats plain rows (Q = 1, what batched greedy decoding feeds) only by
-    `margin`. A `Backoff` books the batch's drafted steps against its plain ones (per row: tokens / B), so
-    where drafting does not pay at this batch size the run falls back to one row per sequence, at a bounded
-    cost of finding out. Offers cost host time (every row grows its candidates), so after a step whose best
-    width was one row the next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing
-    pays asks O(log n) times. The curve is the batch's own, a copy of its first row's prior learned from every
-    forward of the batch, since rows come and go (`BatchDecoder`'s batch_size)."""
-
-    REST_MAX = 16
-
-    def __init__(self, margin: float = 0.1):
-        super().__init__()
-        self.margin = margin
-        self.backoff = Backoff()
-        self.batch = 0  # rows decoding now: a plain step's time depends on it
-        self.rest = self.left = 0  # plain steps to wait after a one-row choice, and still to wait now
-
-    def width(self, drafters: list, ctxs: list) -> int | None:
-        """Rows per sequence this step; None at the prefill (each row feeds its prompt and its own block)."""
-        if self.curve is None:  # the batch's own copy: rows come and go, the machine stays
-            self.curve = drafters[0].curve.copy()
-        if ctxs[0].step == 0:
-            return None
-        if len(drafters) != self.batch:  # rows left: plain steps cost something else now
-            self.batch = len(drafters)
-            self.backoff.t1, self.backoff.n1 = None, 0
-        if not self.backoff.drafting or self.left:
-            self.left = max(self.left - 1, 0)
-            return 1
-        offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
-        top = min(o.size for o in offers) - 1
-        expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
-        b = len(offers)
-        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
-        score = expected / seconds[padded(seconds) - 1]
-        score[0] *= 1 + self.margin
-        width = int(score.argmax()) + 1
-        self.rest = 0 if width > 1 else min(max(2 * self.rest, 1), self.REST_MAX)
-        self.left = self.rest
-        return width
-
-    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
-        """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch
-        in `seconds`: the curve learns from `timed`, the back-off from the step."""
-        super().observe(width, fed, tokens, seconds, timed)
-        if width is None:
-            return
-        b, curve = self.batch, self.curve
-        hint = seconds * curve.predict(b * self.rows(b, 1)) / curve.predict(b * fed)
-        self.backoff.observe(width, tokens / b, seconds, hint)

@@ -1,1 +1,2 @@
-"""Decoding: the loop (engine), the drafter interface, block layouts and masks, the verifier, the KV commit."""
+"""Decoding: the loop (engine, batch), the drafter interface and its step records, block layouts and masks, the
+verifier, the step traces."""

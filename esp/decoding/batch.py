@@ -18,12 +18,12 @@ from collections import deque
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 
 from esp.decoding.drafter import BatchPlanner, Drafter
-from esp.decoding.engine import Decoder, Generation, Run, _with_lead
+from esp.decoding.engine import Decoder, Generation, Run, lead_mask
 from esp.decoding.timer import ForwardTimer, Phases
 from esp.errors import ESPError
+from esp.models import kvcache
 from esp.models.lm import LM
 from esp.sampling import Sampling
 from esp.trace import StepTrace, summarize
@@ -75,7 +75,7 @@ class BatchDecoder:
                     yield from self._step(group, runs, joining, timer)
                     group = _drop_done(group, runs, joining)
                     if group:
-                        cache = _append(cache, joining) if live else joining
+                        cache = kvcache.append(cache, joining) if live else joining
                     live += group
             else:
                 yield from self._step(live, runs, cache, timer)
@@ -87,9 +87,9 @@ class BatchDecoder:
         lm, planner = self.lm, self.planner
         start = time.perf_counter()
         here = [runs[i] for i in rows]
-        width = planner.width([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
-        for run in here:
-            run.begin(width)
+        budgets = planner.plan([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
+        for b, run in enumerate(here):
+            run.begin(None if budgets is None else budgets[b])
         prefill = any(run.lead for run in here)
         q = max(run.width for run in here)
         if planner is not None and not prefill:
@@ -108,9 +108,9 @@ class BatchDecoder:
             trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, keep: kept.append((past, keep)))
             emitted += len(trace.emitted)
             yield rows[b], trace
-        _commit(cache, kept, cache.get_seq_length() - hidden.shape[1])
+        kvcache.commit_rows(cache, kept, cache.get_seq_length() - hidden.shape[1])
         if planner is not None:
-            planner.observe(width, q, emitted, time.perf_counter() - start, timed)
+            planner.observe(None if budgets is None else budgets[0].rows, q, emitted, time.perf_counter() - start, timed)
 
     def _inputs(self, runs: list[Run], slots: int, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, q, H) embeddings, (B, q) positions and the (B, 1, q, slots + q) additive mask, each row's
@@ -127,7 +127,7 @@ class BatchDecoder:
             w = run.width
             embeds[b, :w] = run.embeds()
             positions[b, :w] = run.positions()
-            block = _with_lead(run.lay, run.lead, lm.dtype, lm.device)[0, 0] if run.lead else run.lay.on(lm.device, lm.dtype)[0]
+            block = lead_mask(run.lay, run.lead, lm.dtype, lm.device)[0, 0] if run.lead else run.lay.on(lm.device, lm.dtype)[0]
             mask[b, 0, :w, slots : slots + w] = block
         return embeds, positions, mask
 
@@ -154,34 +154,11 @@ class BatchDecoder:
         return out
 
 
-def _commit(cache, kept: list[tuple[int, list[int]]], slots: int) -> None:
-    """Move each row's kept block rows (`kept[b]`: the slots it had committed, and block-relative rows,
-    increasing; the block sits at `slots`) to its next free slots, then cut every layer to the longest row."""
-    rows, dst, src = [], [], []
-    for b, (past, keep) in enumerate(kept):
-        for j, r in enumerate(keep):
-            if past + j != slots + r:
-                rows.append(b)
-                dst.append(past + j)
-                src.append(slots + r)
-    if rows:
-        on: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # layers may sit on several GPUs
-        for layer in cache.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                if t.device not in on:
-                    on[t.device] = tuple(torch.tensor(x, device=t.device) for x in (rows, dst, src))
-                r, d, s = on[t.device]
-                t[r, :, d] = t[r, :, s]
-    _truncate(cache, max(past + len(keep) for past, keep in kept))
-
-
 def _drop_done(rows: list[int], runs: dict[int, Run], cache) -> list[int]:
     """The prompts of `rows` still decoding; the cache keeps only their rows (cut to the longest)."""
     keep = [b for b, i in enumerate(rows) if not runs[i].done]
     if 0 < len(keep) < len(rows):
-        cache.batch_select_indices(torch.tensor(keep, device=cache.layers[0].keys.device))
-        _truncate(cache, max(runs[rows[b]].past for b in keep))
+        kvcache.select_rows(cache, keep, max(runs[rows[b]].past for b in keep))
     return [rows[b] for b in keep]
 
 
@@ -200,19 +177,3 @@ def _prefill_groups(new: list[int], lengths: list[int]) -> list[list[int]]:
             groups.append([i])
             sizes.append(n)
     return groups
-
-
-def _append(cache, other):
-    """`cache` with `other`'s rows after its own in every layer, the shorter side's slots padded at the end (a
-    row never sees the slots past its own tokens)."""
-    for mine, theirs in zip(cache.layers, other.layers):
-        for name in ("keys", "values"):
-            a, b = getattr(mine, name), getattr(theirs, name).to(getattr(mine, name).device)
-            n = max(a.shape[-2], b.shape[-2])
-            setattr(mine, name, torch.cat([F.pad(a, (0, 0, 0, n - a.shape[-2])), F.pad(b, (0, 0, 0, n - b.shape[-2]))]))
-    return cache
-
-
-def _truncate(cache, slots: int) -> None:
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]

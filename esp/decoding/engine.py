@@ -6,16 +6,17 @@ from typing import Callable, Iterator
 
 import torch
 
-from esp.decoding.drafter import Context, Drafter, Notes, Proposal, StepResult
-from esp.errors import ESPError
-from esp.decoding.kvcache import commit
+from esp.decoding.drafter import Budget, Context, Drafter, Forward, StepResult
 from esp.decoding.layout import Layout, make_layouts
 from esp.decoding.lens import MaskLens, eye
+from esp.decoding.steptrace import step_trace
+from esp.decoding.timer import ForwardTimer, Phases
+from esp.decoding.verify import check
+from esp.errors import ESPError
+from esp.models.kvcache import commit
 from esp.models.lm import LM
 from esp.sampling import Sampling
-from esp.decoding.timer import ForwardTimer, Phases
-from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, NodeTrace, RunSummary, StepTrace, summarize
-from esp.decoding.verify import check
+from esp.trace import RunSummary, StepTrace, summarize
 
 
 @dataclass
@@ -67,8 +68,8 @@ class Decoder:
         self.timings = timings
         self.lens = lens
         # A drafter that learns from its forwards' measured time (bc=auto) gets them without step timings,
-        # from a timer that does not block the device (StepResult.timed).
-        self.time_forward = not timings and getattr(self.drafter, "times_forward", False)
+        # from a timer that does not block the device (Forward.timed).
+        self.time_forward = not timings and self.drafter.times_forward
 
     def check_prompt(self, prompt_ids: list[int]) -> None:
         """Reject prompts the model cannot take, with one clear sentence."""
@@ -97,7 +98,7 @@ class Decoder:
         while True:
             run.begin()
             lay, lead = run.lay, run.lead
-            mask = (_with_lead(lay, lead, lm.dtype, lm.device) if lead
+            mask = (lead_mask(lay, lead, lm.dtype, lm.device) if lead
                     else self.layouts.additive(lay, run.past, lm.dtype, lm.device))
             positions, embeds = run.positions(), run.embeds()
             run.clock("forward")
@@ -110,56 +111,6 @@ class Decoder:
             yield run.finish(hidden, layers, logits, timed, lambda past, rows: commit(cache, past, rows))
             if run.done:
                 return
-
-    def _embeds(self, pending: list[int], prop: Proposal, lay: Layout) -> torch.Tensor:
-        ids = pending + prop.tree.tokens[1:]
-        parts = [self.lm.embed(ids)]
-        if prop.k:
-            parts.append(prop.mask_embeds.to(self.lm.dtype).repeat(len(lay.owners), 1))
-        if prop.extra is not None:
-            parts.append(self.lm.embed(list(prop.extra.ids)))
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
-
-    def _cut(self, tokens: list[int], produced: int) -> list[int]:
-        out = []
-        for t in tokens[: self.max_new_tokens - produced]:
-            out.append(t)
-            if t in self.lm.eos_ids:
-                break
-        return out
-
-    def _trace(self, ctx: Context, res: StepResult, past: int, drafted: list[int], notes: Notes, prefill: bool,
-               top2: list[list]) -> StepTrace:
-        lm, tree, lay = self.lm, res.proposal.tree, res.layout
-        on_path = set(res.path)
-        depths = tree.depths
-        own = [self.drafter.source] if self.drafter.source else []
-        srcs = [list(x) for x in tree.sources] if tree.sources else [[]] + [own] * (len(tree) - 1)
-        ps = tree.p or [None] * len(tree)
-        nodes = [
-            NodeTrace(i, tok, lm.text(tok), tree.parents[i], depths[i], tree.probs[i], tree.cum_probs[i],
-                      ROOT if i == 0 else ACCEPTED if i in on_path else REJECTED, i, res.root_pos + depths[i],
-                      srcs[i], ps[i])
-            for i, tok in enumerate(tree.tokens)
-        ]
-        for parent, tok, p, cum in tree.pruned:
-            nodes.append(NodeTrace(len(nodes), tok, lm.text(tok), parent, depths[parent] + 1, p, cum, PRUNED, None, None))
-        labels = ["root"] + [f"node {i}:{lm.text(t)}" for i, t in enumerate(tree.tokens[1:], 1)]
-        labels += [f"mask {v}.{j}" for v in lay.owners for j in range(1, lay.k + 1)]
-        if res.proposal.extra is not None:
-            labels += [f"{res.proposal.extra.kind} {i}:{lm.text(t)}" for i, t in enumerate(res.proposal.extra.ids)]
-        kinds = lay.kinds()
-        if res.proposal.extra is not None:
-            kinds = kinds[: len(kinds) - lay.n_extra] + [res.proposal.extra.kind] * lay.n_extra
-        offsets, visible = lay.host()
-        mask = [[True] + row for row in visible] if self.trace_mask else []
-        return StepTrace(
-            step=ctx.step, method=self.drafter.name, n_past=past, root=tree.tokens[0], nodes=nodes,
-            accepted=drafted, bonus=res.bonus, emitted=res.emitted, emitted_text=[lm.text(t) for t in res.emitted],
-            row_labels=labels, row_kinds=kinds, positions=[res.root_pos + o for o in offsets], mask=mask,
-            accepted_rows=list(res.path), shape=tree.shape(), timings={}, ema=notes.ema,
-            alignment=notes.alignment, prefill=prefill, cost=notes.cost, top2=top2,
-        )
 
     def generate(self, prompt_ids: list[int]) -> Generation:
         """Run to the end and return tokens, text, traces and summary."""
@@ -178,25 +129,27 @@ class Run:
 
     The one-row loop (`Decoder.stream`) and the batch loop (`esp.decoding.batch`) drive it alike: `begin`
     drafts the step's block, the loop runs the forward, `finish` verifies, commits, lets the drafter learn
-    and traces the step."""
+    and traces the step. It reads the decoder's settings only (its public attributes)."""
 
     def __init__(self, dec: Decoder, prompt_ids: list[int], n_prompt: int | None = None, batched: bool = False):
         dec.check_prompt(prompt_ids)
         self.dec = dec
         n_prompt = len(prompt_ids) if n_prompt is None else n_prompt
-        self.ctx = Context(dec.lm, list(prompt_ids), n_prompt, dec.sampling, 0, dec.align, batched)
+        self.ctx = Context(lm=dec.lm, tokens=list(prompt_ids), n_prompt=n_prompt, sampling=dec.sampling,
+                           align=dec.align, batched=batched)
         dec.drafter.start(self.ctx)
         self.pending = list(prompt_ids)  # tokens fed this step before the tree: the prompt, then one token
         self.past = self.produced = 0  # tokens committed to the cache, new tokens emitted
         self.done = False
         self.lens = MaskLens(dec.lm) if dec.lens else None
 
-    def begin(self, rows: int | None = None) -> None:
-        """Draft this step's block (`rows`: the width a batch budget gave this row, else its own choice)."""
+    def begin(self, budget: Budget | None = None) -> None:
+        """Draft this step's block (`budget`: what a batch budget gave this row, else the drafter chooses)."""
         dec = self.dec
         self.clock = clock = Phases(dec.lm.device, dec.timings)
         clock("draft")
-        self.prop = prop = dec.drafter.propose(self.ctx) if rows is None else dec.drafter.propose(self.ctx, rows)
+        self.ctx.budget = budget
+        self.prop = prop = dec.drafter.propose(self.ctx)
         clock("mask")
         self.lay = dec.layouts.layout(prop.tree.parents, prop.k, prop.extra, prop.masked)
         self.lead = len(self.pending) - 1  # rows before the root (the prompt at prefill, none afterwards)
@@ -220,44 +173,69 @@ class Run:
         return torch.cat([torch.arange(self.past, self.root_pos, device=lm.device), self.root_pos + offsets])
 
     def embeds(self) -> torch.Tensor:
-        return self.dec._embeds(self.pending, self.prop, self.lay)
+        """Input embeddings of the fed rows: the pending tokens and the tree's nodes, the masks, the extra rows."""
+        lm, prop = self.dec.lm, self.prop
+        parts = [lm.embed(self.pending + prop.tree.tokens[1:])]
+        if prop.k:
+            parts.append(prop.mask_embeds.to(lm.dtype).repeat(len(self.lay.owners), 1))
+        if prop.extra is not None:
+            parts.append(lm.embed(list(prop.extra.ids)))
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def finish(self, hidden: torch.Tensor, layers, logits: torch.Tensor, timed: list,
                commit: Callable[[int, list[int]], None]) -> StepTrace:
         """Verify the step from its forward: `hidden` (this run's fed rows), `logits` (its `head_rows`
         from the root), `timed` forwards; `commit(past, rows)` keeps the accepted rows in the cache."""
-        dec, ctx, clock, prop, lay, lead = self.dec, self.ctx, self.clock, self.prop, self.lay, self.lead
-        tree = prop.tree
-        node_logits = logits[: lay.n_nodes]
+        dec, ctx, clock, lead = self.dec, self.ctx, self.clock, self.lead
         clock("verify")
-        forward_s = clock.seconds["forward"]  # the forward and its head call: a point on a drafter's cost curve
-        if dec.timings and not lead:
-            timed = [(lay.size, forward_s)]
-        path, bonus, top2 = check(tree, node_logits, self.root_pos, dec.sampling)
-        clock("commit")
-        commit(self.past, list(range(lead)) + [lead + i for i in path])
-        clock("draft")
-        drafted = [tree.tokens[i] for i in path[1:]]
-        emitted = dec._cut(drafted + [bonus], self.produced)
-        ctx.tokens.extend(emitted)
-        res = StepResult(
-            prop, lay, hidden[lead:], None if layers is None else tuple(h[lead:] for h in layers),
-            node_logits, path, bonus, self.root_pos, emitted,
-            None if layers is None or not lead else tuple(h[:lead] for h in layers), forward_s,
-            logits if prop.head_all else None, clock, timed,
-        )
+        forward = self._forward(hidden, layers, logits, timed)
+        res, top2 = self._verify(logits[: self.lay.n_nodes], forward, commit)
         notes = dec.drafter.observe(ctx, res)
         clock("trace")
-        self.produced += len(emitted)
-        self.done = self.produced >= dec.max_new_tokens or any(t in dec.lm.eos_ids for t in emitted)
-        trace = dec._trace(ctx, res, self.past, drafted, notes, lead > 0, top2[: len(emitted)])
+        self.produced += len(res.emitted)
+        self.done = self.produced >= dec.max_new_tokens or any(t in dec.lm.eos_ids for t in res.emitted)
+        trace = step_trace(dec.lm, dec.drafter, res, step=ctx.step, past=self.past, notes=notes, prefill=lead > 0,
+                           top2=top2[: len(res.emitted)], trace_mask=dec.trace_mask)
         if self.lens is not None:
             self._look(trace, res)
         trace.timings = clock.done()
-        self.past += lead + len(path)
-        self.pending = [bonus]
+        self.past += lead + len(res.path)
+        self.pending = [res.bonus]
         ctx.step += 1
         return trace
+
+    def _forward(self, hidden: torch.Tensor, layers, logits: torch.Tensor, timed: list) -> Forward:
+        """The forward's outputs over the block (the lead's rows apart), as the drafter reads them."""
+        lead, seconds = self.lead, self.clock.seconds["forward"]  # the forward and its head call: a cost point
+        if self.dec.timings and not lead:
+            timed = [(self.lay.size, seconds)]
+        return Forward(hidden=hidden[lead:], layers=None if layers is None else tuple(h[lead:] for h in layers),
+                       prefix_layers=None if layers is None or not lead else tuple(h[:lead] for h in layers),
+                       block_logits=logits if self.prop.head_all else None, seconds=seconds, clock=self.clock,
+                       timed=timed)
+
+    def _verify(self, node_logits: torch.Tensor, forward: Forward,
+                commit: Callable[[int, list[int]], None]) -> tuple[StepResult, list[list]]:
+        """Check the tree, commit the accepted rows and extend the text with what the step emits: the drafter's
+        step record, and the verifier's ranked rows along the path (StepTrace.top2)."""
+        clock, tree = self.clock, self.prop.tree
+        v = check(tree, node_logits, self.root_pos, self.dec.sampling)
+        clock("commit")
+        commit(self.past, list(range(self.lead)) + [self.lead + i for i in v.path])
+        clock("draft")
+        emitted = self._cut([tree.tokens[i] for i in v.path[1:]] + [v.bonus])
+        self.ctx.tokens.extend(emitted)
+        return StepResult(proposal=self.prop, layout=self.lay, root_pos=self.root_pos, node_logits=node_logits,
+                          path=v.path, bonus=v.bonus, choices=v.choices, emitted=emitted, forward=forward), v.top2
+
+    def _cut(self, tokens: list[int]) -> list[int]:
+        """`tokens` up to the run's token limit and its first end-of-sequence token (kept)."""
+        out = []
+        for t in tokens[: self.dec.max_new_tokens - self.produced]:
+            out.append(t)
+            if t in self.dec.lm.eos_ids:
+                break
+        return out
 
     def _look(self, trace: StepTrace, res: StepResult) -> None:
         """The verifier's eye and the Mask Lens, into the step's trace (lens on)."""
@@ -265,11 +243,11 @@ class Run:
         trace.eye = seen.rows[: len(res.emitted)]
         for node, rank, p in zip(trace.nodes[1:], seen.ranks, seen.probs):
             node.target_rank, node.target_p = rank, p
-        trace.lens, trace.lens_real = self.lens.step(self.ctx.step, res.root_pos, res.layout, res.path, res.layers,
-                                                     res.emitted, trace.emitted_text)
+        trace.lens, trace.lens_real = self.lens.step(self.ctx.step, res.root_pos, res.layout, res.path,
+                                                     res.forward.layers, res.emitted, trace.emitted_text)
 
 
-def _with_lead(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def lead_mask(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Prefill mask: `lead` prompt rows causal among themselves, then the block, which sees them all."""
     q = lead + lay.size
     low = torch.finfo(dtype).min

@@ -1,7 +1,8 @@
 """The one verifier: walk the draft tree while a child equals the target's own choice."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -11,10 +12,49 @@ from esp.decoding.tree import DraftTree
 TOP_K = 4  # (id, logit) pairs kept per emitted row: the lossless verdict's runners-up (esp.bench.verdict)
 
 
-class Verified(NamedTuple):
+class Choices(Sequence[int]):
+    """The target's token after each fed node (index i: node i), by the verifier's rule: the greedy choice
+    of its row (on an exact tie the lower id, as argmax takes it), or, sampling, the draw keyed by the
+    position that token would take. The walk's rows are chosen during the walk; any other row when first
+    read, so a drafter that never reads them costs nothing (a sampled row costs a softmax)."""
+
+    def __init__(self, tree: DraftTree, logits: torch.Tensor, rows: list[list[float]], root_pos: int, s: Sampling):
+        self._logits, self._rows, self._root_pos, self._s = logits, rows, root_pos, s
+        self._tree, self._depths = tree, None
+        self._got: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        got = self._got.get(i)
+        return self.decide(i, _choice_first(self._rows[i])) if got is None else got
+
+    def decide(self, i: int, ordered: list) -> int:
+        """Row i's choice, given the row's [id1, logit1, ...] best first (`_choice_first`)."""
+        if self._s.greedy:
+            got = ordered[0]
+        else:
+            if self._depths is None:
+                self._depths = self._tree.depths
+            got = draw(self._logits[i], self._root_pos + self._depths[i] + 1, self._s)
+        self._got[i] = got
+        return got
+
+
+@dataclass(kw_only=True)
+class Verified:
+    """The verifier's decisions on one step."""
+
     path: list[int]  # accepted node indices, root first
     bonus: int  # the target's token after the last accepted node
     top2: list[list]  # per path row, [id1, logit1, ..., idK, logitK] with id1 the token it chose (greedy)
+    choices: Choices  # the target's token after every fed node
 
 
 def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> Verified:
@@ -27,19 +67,19 @@ def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> 
     The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU.
     """
     rows = _top_rows(logits)
+    choices = Choices(tree, logits, rows, root_pos, s)
     children: dict[int, dict[int, int]] = {}
     for i, p in enumerate(tree.parents[1:], 1):
         children.setdefault(p, {})[tree.tokens[i]] = i
-    path, top, depth = [0], [], 0
+    path, top = [0], []
     while True:
         cur = path[-1]
         top.append(_choice_first(rows[cur]))  # only the walked rows are ordered: the rest are never read
-        want = top[-1][0] if s.greedy else draw(logits[cur], root_pos + depth + 1, s)
+        want = choices.decide(cur, top[-1])
         nxt = children.get(cur, {}).get(want)
         if nxt is None:
-            return Verified(path, want, top)
+            return Verified(path=path, bonus=want, top2=top, choices=choices)
         path.append(nxt)
-        depth += 1
 
 
 def verify(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> tuple[list[int], int]:

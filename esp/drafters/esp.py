@@ -156,24 +156,25 @@ class ESPDrafter(Drafter):
             tree = static_tree(root, self.dists, self.cfg.static_shape)
         else:
             tree = dynamic_tree(root, self.dists, self.cfg.n_nodes)
-        return Proposal(tree, k=self.cfg.k, mask_embeds=self.mask.embeds(ctx.lm.dtype))
+        return Proposal(tree=tree, k=self.cfg.k, mask_embeds=self.mask.embeds(ctx.lm.dtype))
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         last = res.path[-1]
         rows = res.layout.mask_rows(last)
         self.dists = torch.softmax(res.logits(rows, ctx.lm), dim=-1)
         notes = Notes()
-        if ctx.align and res.layers is not None:
+        if ctx.align and res.forward.layers is not None:
             notes.alignment = self._align(ctx, res, rows)
         self.mask.update(ctx.lm, res.emitted)
         notes.ema = self.mask.state()
         return notes
 
     def _align(self, ctx: Context, res: StepResult, mask_rows: list[int]) -> list:
-        states = torch.stack(res.layers)  # (L+1, B, H)
+        states = torch.stack(res.forward.layers)  # (L+1, B, H)
         depths = res.proposal.tree.depths
         if self.align is None:
-            prompt = states[:, :1] if res.prefix_layers is None else torch.cat([torch.stack(res.prefix_layers), states[:, :1]], 1)
+            before = res.forward.prefix_layers
+            prompt = states[:, :1] if before is None else torch.cat([torch.stack(before), states[:, :1]], 1)
             self.align = AlignmentTracker(_robust_mean(prompt))
         else:
             self.align.label(ctx.step - 1, len(res.path) - 1)

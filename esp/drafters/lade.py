@@ -94,7 +94,7 @@ class LADEDrafter(Drafter):
         see_tree = torch.zeros(len(offsets), len(tree), dtype=torch.bool)
         see_tree[:, 0] = True
         ids = tuple(t for lv in self.levels for t in lv)
-        return Proposal(tree, extra=Extra(ids, offsets, see_tree, see_self, key=("lade", lengths)))
+        return Proposal(tree=tree, extra=Extra(ids, offsets, see_tree, see_self, key=("lade", lengths)))
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         lay = res.layout

@@ -115,4 +115,4 @@ class PLDDrafter(Drafter):
         chain = self.index.find(self.draft, self.rule)
         if chain:
             tree.add_chain(0, chain)
-        return Proposal(tree)
+        return Proposal(tree=tree)

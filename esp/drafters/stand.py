@@ -125,7 +125,7 @@ class STANDDrafter(Drafter):
                 toks, probs = [toks[i] for i in order], [probs[i] for i in order]
             return toks, probs
 
-        return Proposal(best_first(ctx.tokens[-1], children, self.bc - 1))
+        return Proposal(tree=best_first(ctx.tokens[-1], children, self.bc - 1))
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         s = ctx.sampling

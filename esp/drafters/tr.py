@@ -135,7 +135,7 @@ class TRDrafter(Drafter):
             m.fill_(MATRICES[self.unwritten])
 
     def propose(self, ctx: Context) -> Proposal:
-        return Proposal(self.template.fill(ctx.tokens[-1], self.matrix))
+        return Proposal(tree=self.template.fill(ctx.tokens[-1], self.matrix))
 
     def observe(self, ctx: Context, res: StepResult) -> Notes:
         successors = top_k(res.node_logits, WIDTH)[1]

@@ -1,11 +1,32 @@
 """The one place that touches a Hugging Face causal LM: embeddings, a block forward, the LM head."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import DynamicCache
 
 from esp.device import to_device
 from esp.errors import ESPError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Modules:
+    """The parts of the model the engine calls."""
+
+    embed: torch.nn.Module
+    head: torch.nn.Module
+    decoder: torch.nn.Module
+    norm: torch.nn.Module | None  # the final norm, read by the Mask Lens
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quirks:
+    """What a forward does differently per architecture (from the model's config)."""
+
+    softcap: float | None  # final logit soft-capping (Gemma 2)
+    layer_types: list[str] | None  # the attention kinds of its layers, when they differ (sliding / full)
+    window: int | None  # the sliding window, for the layers that have one
 
 
 class LM:
@@ -18,14 +39,13 @@ class LM:
         self.config = model.config.get_text_config(decoder=True)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self._embed = model.get_input_embeddings()
-        self._head = model.get_output_embeddings()
-        self._decoder = model.get_decoder()
-        self._norm = getattr(self._decoder, "norm", None)  # the final norm, read by the Mask Lens
-        self._softcap = getattr(self.config, "final_logit_softcapping", None)
+        decoder = model.get_decoder()
+        self._modules = Modules(embed=model.get_input_embeddings(), head=model.get_output_embeddings(),
+                                decoder=decoder, norm=getattr(decoder, "norm", None))
         types = getattr(self.config, "layer_types", None)
-        self._layer_types = sorted(set(types)) if types else None
-        self._window = getattr(self.config, "sliding_window", None)
+        self._quirks = Quirks(softcap=getattr(self.config, "final_logit_softcapping", None),
+                              layer_types=sorted(set(types)) if types else None,
+                              window=getattr(self.config, "sliding_window", None))
         self.max_context = int(getattr(self.config, "max_position_embeddings", 0) or 2**31)
         eos = model.generation_config.eos_token_id if model.generation_config else None
         eos = tokenizer.eos_token_id if eos is None else eos
@@ -35,7 +55,7 @@ class LM:
 
     @property
     def vocab_size(self) -> int:
-        return self._head.weight.shape[0]
+        return self._modules.head.weight.shape[0]
 
     def new_cache(self) -> DynamicCache:
         # No config: every layer keeps all its keys, so accepted paths can be gathered by position;
@@ -46,23 +66,24 @@ class LM:
     def embed(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """(q, H) input embeddings, model-specific scaling included."""
         ids = ids.to(self.device) if isinstance(ids, torch.Tensor) else to_device(ids, self.device)
-        return self._embed(ids.view(1, -1))[0]
+        return self._modules.embed(ids.view(1, -1))[0]
 
     @torch.inference_mode()
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits for post-norm hidden rows, in float32 (float64 for float64 models)."""
         self.head_calls += 1
-        logits = self._head(hidden)
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
+        logits = self._modules.head(hidden)
+        cap = self._quirks.softcap
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
         return logits if logits.dtype == torch.float64 else logits.float()
 
     @torch.inference_mode()
     def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's final norm over residual rows (what the last layer's output gets before the LM head)."""
-        if self._norm is None:
+        if self._modules.norm is None:
             raise ESPError(f"{self.name} has no final norm (decoder.norm) for the lens to read layers through.")
-        return self._norm(hidden)
+        return self._modules.norm(hidden)
 
     @torch.inference_mode()
     def forward(
@@ -81,10 +102,11 @@ class LM:
         batched = embeds.dim() == 3
         pos = positions if batched else positions.view(1, -1)
         attn = mask
-        if self._layer_types:
-            top = int(pos.max()) if max_pos is None and self._window else max_pos
-            attn = {t: self._windowed(mask, pos, top) if t == "sliding_attention" else mask for t in self._layer_types}
-        out = self._decoder(
+        quirks = self._quirks
+        if quirks.layer_types:
+            top = int(pos.max()) if max_pos is None and quirks.window else max_pos
+            attn = {t: self._windowed(mask, pos, top) if t == "sliding_attention" else mask for t in quirks.layer_types}
+        out = self._modules.decoder(
             inputs_embeds=embeds if batched else embeds[None],
             attention_mask=attn,
             position_ids=pos,
@@ -100,11 +122,12 @@ class LM:
     def _windowed(self, mask: torch.Tensor, qpos: torch.Tensor, top: int | None) -> torch.Tensor:
         """`mask` with keys a window or more behind each query blocked; `qpos` is (B, q). A row's cached
         slot j holds its position j (both loops keep each row's tokens in order from slot 0)."""
-        if not self._window or top < self._window:
+        window = self._quirks.window
+        if not window or top < window:
             return mask
         past = mask.shape[-1] - qpos.shape[-1]
         kpos = torch.cat([torch.arange(past, device=qpos.device).expand(qpos.shape[0], -1), qpos], 1)
-        far = (qpos[:, :, None] - kpos[:, None, :]) >= self._window
+        far = (qpos[:, :, None] - kpos[:, None, :]) >= window
         return mask.masked_fill(far[:, None], torch.finfo(mask.dtype).min)
 
     def text(self, token: int) -> str:

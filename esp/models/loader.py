@@ -99,61 +99,14 @@ def load(name: str = EMBEDDED, device: str | None = None, dtype: str | None = No
 
 @functools.lru_cache(maxsize=2)
 def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...] | None) -> LM:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     dtype_policy("cpu", explicit=dtype)  # a wrong name fails before any loading
     entry = MODELS.get(name)
-    kwargs, spread = {}, {}
-    if entry and is_converted(entry):
-        source = str(converted(entry))
-    elif entry:
-        try:
-            gguf = gguf_path(entry)
-            source, kwargs["gguf_file"] = str(gguf.parent), gguf.name
-        except ESPError:
-            if name != EMBEDDED or not (in_local_cache(entry.hub_id) or _hub_reachable()):
-                raise
-            source = entry.hub_id  # e.g. on a Space, where pip cannot install the package without its deps
-    else:
-        source = os.path.expanduser(name)
-        if not os.path.isdir(source) and (source.count("/") != 1 or " " in source):
-            raise ESPError(
-                f"Unknown model {name!r}: use one of {', '.join(MODELS)}, a Hugging Face Hub id such as "
-                "'Qwen/Qwen3-0.6B', or a local model folder."
-            )
-        if not os.path.isdir(source) and not in_local_cache(source) and not _hub_reachable():
-            raise ESPError(
-                f"Could not load model {name!r}: the Hugging Face Hub is unreachable from here and the model "
-                "is not in the local cache; use an offline model, a local model folder, or a machine with "
-                "network access."
-            )
+    source, kwargs = _source(name, entry)
     dev = torch.device(device) if device else default_device()[0]
     cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     explicit = dtype if dtype != AUTO else None
     dt = dtype_policy(dev.type, cap, None if explicit or dev.type != "cuda" else _model_type(source, kwargs), explicit)
-    # The loader's notes (and, while it is quieted, a tensor-parallel check that lists a single-device model's
-    # norms as "not sharded") are noise for users of one device.
-    quiet = [logging.getLogger(f"transformers.{m}") for m in ("modeling_utils", "distributed.tensor_parallel")]
-    levels = [q.level for q in quiet]
-    try:
-        for q in quiet:
-            q.setLevel(logging.ERROR)
-        tok = AutoTokenizer.from_pretrained(source, **kwargs)
-        # A GGUF is converted in float32 so that the cached weights are exact whatever dtype this load wants.
-        if gpus:  # leave a tenth of each GPU for activations and the KV cache
-            spread = {"device_map": "auto", "max_memory": {g: int(torch.cuda.mem_get_info(g)[0] * 0.9) for g in gpus}}
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32 if kwargs else dt,
-                                                     attn_implementation="sdpa", **kwargs, **spread)
-    except ESPError:
-        raise
-    except (OSError, ValueError) as e:
-        raise ESPError(
-            f"Could not load model {name!r}: it is not a local folder, and the Hugging Face Hub did not "
-            f"provide it (no network, a wrong id, or a gated model needing `hf auth login`). Details: {e}"
-        ) from None
-    finally:
-        for q, level in zip(quiet, levels):
-            q.setLevel(level)
+    model, tok = _from_pretrained(name, source, kwargs, dt, gpus)
     if kwargs.get("gguf_file"):
         _save_converted(model, tok, converted(entry))
         if entry.parts:  # the joined GGUF was only the converter's input
@@ -176,6 +129,68 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
     gc.collect()
     gc.freeze()
     return lm
+
+
+def _source(name: str, entry) -> tuple[str, dict]:
+    """Where `name` loads from (a converted folder, a GGUF's folder, a Hub id or a local folder) and the loader's
+    extra arguments (the GGUF file), or ESPError saying why it cannot load."""
+    kwargs: dict = {}
+    if entry and is_converted(entry):
+        return str(converted(entry)), kwargs
+    if entry:
+        try:
+            gguf = gguf_path(entry)
+            kwargs["gguf_file"] = gguf.name
+            return str(gguf.parent), kwargs
+        except ESPError:
+            if name != EMBEDDED or not (in_local_cache(entry.hub_id) or _hub_reachable()):
+                raise
+            return entry.hub_id, kwargs  # e.g. on a Space, where pip cannot install the package without its deps
+    source = os.path.expanduser(name)
+    if not os.path.isdir(source) and (source.count("/") != 1 or " " in source):
+        raise ESPError(
+            f"Unknown model {name!r}: use one of {', '.join(MODELS)}, a Hugging Face Hub id such as "
+            "'Qwen/Qwen3-0.6B', or a local model folder."
+        )
+    if not os.path.isdir(source) and not in_local_cache(source) and not _hub_reachable():
+        raise ESPError(
+            f"Could not load model {name!r}: the Hugging Face Hub is unreachable from here and the model "
+            "is not in the local cache; use an offline model, a local model folder, or a machine with "
+            "network access."
+        )
+    return source, kwargs
+
+
+def _from_pretrained(name: str, source: str, kwargs: dict, dt: torch.dtype, gpus: tuple[int, ...] | None):
+    """The model and its tokenizer from `source`, in `dt` (a GGUF in float32, converted exactly, cast later),
+    spread over `gpus` when given; ESPError when transformers cannot load it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # The loader's notes (and, while it is quieted, a tensor-parallel check that lists a single-device model's
+    # norms as "not sharded") are noise for users of one device.
+    quiet = [logging.getLogger(f"transformers.{m}") for m in ("modeling_utils", "distributed.tensor_parallel")]
+    levels = [q.level for q in quiet]
+    spread = {}
+    try:
+        for q in quiet:
+            q.setLevel(logging.ERROR)
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
+        # A GGUF is converted in float32 so that the cached weights are exact whatever dtype this load wants.
+        if gpus:  # leave a tenth of each GPU for activations and the KV cache
+            spread = {"device_map": "auto", "max_memory": {g: int(torch.cuda.mem_get_info(g)[0] * 0.9) for g in gpus}}
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32 if kwargs else dt,
+                                                     attn_implementation="sdpa", **kwargs, **spread)
+    except ESPError:
+        raise
+    except (OSError, ValueError) as e:
+        raise ESPError(
+            f"Could not load model {name!r}: it is not a local folder, and the Hugging Face Hub did not "
+            f"provide it (no network, a wrong id, or a gated model needing `hf auth login`). Details: {e}"
+        ) from None
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+    return model, tok
 
 
 def _save_converted(model, tok, target: Path) -> None:

@@ -8,6 +8,8 @@ import time
 
 import torch
 
+from esp.models.kvcache import truncate
+
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 CONTEXT = 300  # cached tokens under the timed forwards: a Spec-Bench prompt plus some output
 
@@ -56,8 +58,7 @@ def samples(lm, grid: tuple[int, ...] = GRID, context: int = CONTEXT,
         h, _ = lm.forward(emb, pos, mask, cache)
         lm.head(h)
         _sync(dev)
-        for layer in cache.layers:  # back to the same cache for the next timing
-            layer.keys, layer.values = layer.keys[..., :context, :], layer.values[..., :context, :]
+        truncate(cache, context)  # back to the same cache for the next timing
         return time.perf_counter() - t
 
     for q in grid:  # a first run per width warms up kernels and allocator for that size

@@ -1,0 +1,116 @@
+"""Batch budgets: what sets the widths of a batch's forwards (`esp.decoding.drafter.BatchPlanner`).
+
+A batch forward pads every row's block to the widest, so the width is the batch's, not a row's. A budget sees its
+rows through the drafter interface only: `BatchPadding` works with any drafter; `BatchWidth` with drafters that
+are `Budgeted` (they offer what each width would bring and own a cost curve). A new budget is a new class here
+that implements `plan`, `rows` and `observe`, given to `esp.decoding.batch.BatchDecoder(planner=...)` or
+returned by a drafter's `batch_planner()`.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from esp.budget.cost import CostCurve, curve_for, padded
+from esp.budget.width import Backoff
+from esp.decoding.drafter import Budget, Context, Drafter, Offer
+
+
+@runtime_checkable
+class Budgeted(Protocol):
+    """A drafter a batch budget can size (the hybrid, and `esp:bc=auto` / `stand:bc=auto`, which are hybrids)."""
+
+    curve: CostCurve  # the drafter's forward cost curve, seconds per forward of q rows
+
+    def offer(self, ctx: Context) -> Offer:
+        """Grow this step's draft and say what a block of at most r rows would bring, r = 0..its cap; its
+        `propose` then reads the width and this offer from `ctx.budget`."""
+
+
+class BatchPadding:
+    """A batch of drafters that each propose their own block. A batch forward pads every row's block to the
+    widest, q rows per sequence; it pads further, to q' rows, where the machine's curve says B q' rows cost
+    less than B q (`padded`: a CPU's BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from 4 to
+    3 is best fed 6). The curve is the machine's prior (`curve_for`), learned from the batch's own forwards."""
+
+    def __init__(self):
+        self.curve: CostCurve | None = None
+
+    def plan(self, drafters: list[Drafter], ctxs: list[Context]) -> list[Budget] | None:
+        """None: each row proposes its own block."""
+        if self.curve is None:
+            self.curve = curve_for(ctxs[0].lm)
+        return None
+
+    def rows(self, batch: int, q: int) -> int:
+        """Rows per sequence to feed when the widest block has q rows: q, or more where that costs less."""
+        top = 2 * q + 2
+        return int(padded(self.curve.table(batch * top)[batch * np.arange(1, top + 1)])[q - 1])
+
+    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
+        """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, emitting `tokens`
+        over the batch in `seconds`; `timed`: the (rows, seconds) of its forwards measured by now."""
+        for rows, secs in timed:
+            self.curve.observe(rows, secs)
+
+
+class BatchWidth(BatchPadding):
+    """`bc=auto` over a batch: one width Q for every row, since a batch forward pads each row's block to the
+    widest. Each row offers the most expected tokens it can add at every width (`Budgeted.offer`); Q maximises the
+    batch's expected tokens per second, sum of offers at Q / t(B Q) (t at the width Q is fed as, padded), on
+    the rows' measured curve, and beats plain rows (Q = 1, what batched greedy decoding feeds) only by
+    `margin`. A `Backoff` books the batch's drafted steps against its plain ones (per row: tokens / B), so
+    where drafting does not pay at this batch size the run falls back to one row per sequence, at a bounded
+    cost of finding out. Offers cost host time (every row grows its candidates), so after a step whose best
+    width was one row the next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing
+    pays asks O(log n) times. The curve is the batch's own, a copy of its first row's prior learned from every
+    forward of the batch, since rows come and go (`BatchDecoder`'s batch_size)."""
+
+    REST_MAX = 16
+
+    def __init__(self, margin: float = 0.1):
+        super().__init__()
+        self.margin = margin
+        self.backoff = Backoff()
+        self.batch = 0  # rows decoding now: a plain step's time depends on it
+        self.rest = self.left = 0  # plain steps to wait after a one-row choice, and still to wait now
+
+    def plan(self, drafters: list[Budgeted], ctxs: list[Context]) -> list[Budget] | None:
+        """One width for every row; None at the prefill (each row feeds its prompt and its own block). A plain
+        step's rows (width 1, nothing offered) learn nothing, so the batch runs at plain decoding's cost."""
+        if self.curve is None:  # the batch's own copy: rows come and go, the machine stays
+            self.curve = drafters[0].curve.copy()
+        if ctxs[0].step == 0:
+            return None
+        if len(drafters) != self.batch:  # rows left: plain steps cost something else now
+            self.batch = len(drafters)
+            self.backoff.t1, self.backoff.n1 = None, 0
+        if not self.backoff.drafting or self.left:
+            self.left = max(self.left - 1, 0)
+            return [Budget(rows=1) for _ in drafters]
+        offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
+        width = self.width([o.tokens for o in offers])
+        self.rest = 0 if width > 1 else min(max(2 * self.rest, 1), self.REST_MAX)
+        self.left = self.rest
+        return [Budget(rows=width, offer=o) for o in offers]
+
+    def width(self, offers: list[np.ndarray]) -> int:
+        """The rows per sequence that maximise the batch's expected tokens per second, given each row's offer."""
+        top = min(o.size for o in offers) - 1
+        expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
+        b = len(offers)
+        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
+        score = expected / seconds[padded(seconds) - 1]
+        score[0] *= 1 + self.margin
+        return int(score.argmax()) + 1
+
+    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
+        """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch
+        in `seconds`: the curve learns from `timed`, the back-off from the step."""
+        super().observe(width, fed, tokens, seconds, timed)
+        if width is None:
+            return
+        b, curve = self.batch, self.curve
+        hint = seconds * curve.predict(b * self.rows(b, 1)) / curve.predict(b * fed)
+        self.backoff.observe(width, tokens / b, seconds, hint)
