@@ -23,6 +23,7 @@ from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, door, gpu, lesson, room
 from explorer import requests as rq
 from explorer.calls import KNOB_INFO, TRACES
+from explorer.recipe import RUNNING
 from explorer.requests import LIMITS
 from explorer.session import Session, free_session
 from explorer.views import refusal_error
@@ -39,13 +40,21 @@ RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "vie
 # Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
 # a status that says a run is decoding now says it is stopping; the run's next update replaces it.
 STOPPING_JS = "(s) => typeof s === 'string' ? s.replace(/^\\*\\*Decoding\\*\\*/, '**Stopping…**') : s"
-# Page-side listeners (assets/explorer.js holds window.espExplorer): the link follows the shown step, trace
-# and tab in place, once the page has read it (`linked`: the tabs announce a selection as they mount, and the
-# server reads the link from the page's address); the Go-to-step box shows the step on screen, however it got there.
-LINKED_JS = "() => { if (window.espExplorer) window.espExplorer.linked = true; }"
-STEP_JS = "(s) => { if (window.espExplorer?.linked) window.espExplorer.setState({step: s}); return s; }"
-TRACE_JS = "(t) => { if (window.espExplorer?.linked) window.espExplorer.setState({trace: t || null}); }"
+# Page-side listeners (assets/explorer.js holds window.espExplorer): the link follows the run on screen (its
+# recipe or shipped trace: explorer.recipe), the shown step and the tab in place, once the page has read it
+# (`linked`: the tabs announce a selection as they mount, and the server reads the link from the page's
+# address); the Go-to-step box shows the step on screen, however it got there. A run being decoded has no
+# link yet: Run clears it at once (with the note that says so), and the run's end sets it.
+LINKED_JS = "(q) => { if (window.espExplorer) { window.espExplorer.linked = true; window.espExplorer.setRun(q); } }"
+RUN_LINK_JS = "(q) => { window.espExplorer?.setRun(q); }"
+RUN_STARTED_JS = f"() => {{ window.espExplorer?.setRun(''); return ['', {json.dumps(RUNNING)}]; }}"
+STEP_JS = "(s) => { window.espExplorer?.showStep(s); return s; }"
 TAB_JS = "() => {{ if (window.espExplorer?.linked) window.espExplorer.setState({{tab: '{tab}'}}); }}"
+# The keys of the page, said on it (assets/explorer.js; the text's tokens are Gradio's own buttons).
+KEYS_HELP = ("**Click** a token of the text, a node of the tree or a row of the attention mask to follow it in "
+             "every view. **Keys**: ← → (or PgUp PgDn) step, Space plays; Tab to the text, then ← → between "
+             "tokens and Enter to go to the step that wrote one; Tab to the tree, then ← → between nodes and "
+             "Enter to focus one.")
 # The tour's spotlight waits for its view to exist (a tab that just opened renders a moment later).
 SPOTLIGHT_JS = ("(v) => { let n = 0; const go = () => window.espExplorer?.spotlight(v) || ++n > 30 "
                 "|| setTimeout(go, 100); setTimeout(go, 50); }")
@@ -147,6 +156,7 @@ def _header(page: SimpleNamespace) -> None:
             page.tour_btn = gr.Button("Tour", elem_id="tour", size="sm", min_width=60)
             gr.Button("Copy link", elem_id="copy-link", size="sm", min_width=60)  # assets/explorer.js
             page.theme_btn = gr.Button("◐", elem_id="theme", size="sm", min_width=40)
+    page.link_note = gr.Markdown(elem_id="link-note", elem_classes="esp-note")  # why the run on screen has no link
     page.tour_offer = gr.Markdown(elem_id="tour-offer")
     with gr.Column(visible=False, elem_id="tour-panel") as page.tour_panel:
         page.tour_text = gr.Markdown(elem_id="tour-text")
@@ -158,7 +168,10 @@ def _header(page: SimpleNamespace) -> None:
         gr.Markdown(GLOSSARY.read_text(encoding="utf-8"), elem_id="glossary-text")
     page.tour_n = gr.State(0)
     page.tour_view = gr.Textbox(visible="hidden", elem_id="tour-view")
-    page.trace_key = gr.Textbox(visible="hidden", elem_id="trace-key")  # the shown shipped trace's name in a link
+    # The link of the run on screen ("trace=..." or its recipe, explorer.recipe; "" when it has none), and the
+    # recipe a link brought, until it is run (explorer.lesson.open_link).
+    page.run_link = gr.Textbox(visible="hidden", elem_id="run-link")
+    page.link = gr.State(None)
     page.playing = gr.State(False)
     page.timer = gr.Timer(1 / lesson.SPEED, active=False)
 
@@ -238,7 +251,8 @@ def _step_views(page: SimpleNamespace) -> None:
         page.focus = gr.Dropdown([], value=None, label="Focus on a node", elem_id="focus",
                                  info="outlined in the tree, the attention pattern, the text and the alignment")
     page.focus_note = gr.Markdown(elem_id="focus-note")
-    # A click on a tree node writes "index:time" here (assets/explorer.js).
+    gr.Markdown(KEYS_HELP, elem_id="keys-help", elem_classes="esp-caption")
+    # A click on a tree node or an attention row writes "node:n:time" or "row:n:time" here (assets/explorer.js).
     page.focus_click = gr.Textbox(visible="hidden", elem_id="focus-click")
     page.words = gr.Markdown(elem_id="step-words")
 
@@ -341,11 +355,16 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
     """Run, Stop, What-if and Compare: the events that use the model, one at a time (concurrency_id "model")."""
     model = checked_by_us(concurrency_limit=1, concurrency_id="model")
     knobs = _knobs(page)
-    page.run.click(None, None, page.trace_key, js="() => ''")  # a new run is no shipped trace
+    page.run.click(None, None, [page.run_link, page.link_note], js=RUN_STARTED_JS)
     # The dtype comes after the method (the last of the old inputs): an API caller that does not send it gets
     # float32, as before it existed.
-    page.run.click(calls.generate, [page.prompt, *knobs, page.method, page.dtype, page.session],
-                   [page.status, page.scrub, *_views(page), page.session], api_name="generate", **model)
+    run = page.run.click(calls.generate, [page.prompt, *knobs, page.method, page.dtype, page.session],
+                         [page.status, page.scrub, *_views(page), page.session], api_name="generate", **model)
+    # Its end gives the run its link, and shows the step a link named when the run is the link's.
+    ran = run.then(lesson.after_run, [page.session, page.link],
+                   [page.run_link, page.link_note, page.link, page.status, page.scrub, *_views(page)],
+                   api_visibility="private", show_progress="hidden", **RENDER)
+    ran.then(None, page.run_link, None, js=RUN_LINK_JS)
     page.compare_btn.click(calls.compare, [page.prompt, *knobs, page.dtype],
                            [page.compare_status, page.compare_table, page.compare_plot], api_name="compare", **model)
     # Not queued from the page and not a cancel: it only sets the run's stop token, so it answers at once even
@@ -379,8 +398,9 @@ def _wire_stored_steps(page: SimpleNamespace) -> None:
                      show_progress="hidden", **views)
     page.focus_click.change(lesson.clicked, [session, scrub, page.focus_click], scrubbed, api_visibility="private",
                             show_progress="hidden", **views)
+    page.text.select(lesson.token_clicked, [session, scrub], scrubbed, api_visibility="private",
+                     show_progress="hidden", **views)
     scrub.change(None, scrub, page.goto, js=STEP_JS)
-    page.trace_key.change(None, page.trace_key, None, js=TRACE_JS)
     # Playback: ticks are skipped, not queued, while a step is still being drawn (trigger_mode "once").
     played = [page.playing, page.timer, page.play]
     page.play.click(lesson.play, [page.playing, page.speed, session, scrub], [*played, *scrubbed],
@@ -398,12 +418,15 @@ def _opened(page: SimpleNamespace) -> list:
     return [page.status, page.scrub, *_views(page), page.session]
 
 
-def _then_controls(page: SimpleNamespace, event) -> None:
-    """After `event` opened a trace: the controls show its method and settings (and the link its name)."""
-    controls = [page.trace_key, page.method, page.k, page.bc, page.lam, page.init, page.tree, page.mode,
-                page.temperature, page.top_p, page.seed, page.max_new, page.layouts, page.model]
-    event.then(lesson.trace_controls, page.session, controls, api_visibility="private", show_progress="hidden",
-               **RENDER)
+def _then_controls(page: SimpleNamespace, event, js: str = RUN_LINK_JS) -> None:
+    """After `event` opened a trace or a link: the controls show the run's prompt, method and settings
+    (explorer.lesson.CONTROLS), then the page's address its link (`js`)."""
+    controls = [page.run_link, page.link_note, page.prompt, page.method, page.k, page.bc, page.lam, page.init,
+                page.tree, page.mode, page.temperature, page.top_p, page.seed, page.max_new, page.layouts, page.model,
+                page.dtype]
+    shown = event.then(lesson.shown_controls, [page.session, page.link], controls, api_visibility="private",
+                       show_progress="hidden", **RENDER)
+    shown.then(None, page.run_link, None, js=js)
 
 
 def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
@@ -414,11 +437,10 @@ def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
     _then_controls(page, page.shipped.input(calls.open_shipped, [page.shipped, page.session], opened,
                                             **checked_by_us(api_visibility="private", **RENDER)))
     # A recorded run is on screen as soon as the page opens, before any model is warm: the one the link
-    # names (?trace=trace_masks&step=7&tab=run), or the first shipped one.
-    loaded = page.loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs], api_visibility="private",
-                                     **RENDER)
-    _then_controls(page, loaded)
-    loaded.then(None, js=LINKED_JS)
+    # names (?trace=trace_masks&step=7&tab=run), or calls.OPENING; or a link's recipe fills the controls.
+    loaded = page.loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs, page.link],
+                                     api_visibility="private", **RENDER)
+    _then_controls(page, loaded, LINKED_JS)
     demo.load(None, None, page.tour_offer, js=OFFER_JS)
     for tab in page.tabs.children:
         tab.select(None, None, None, js=TAB_JS.format(tab=tab.id))

@@ -1,16 +1,24 @@
-// ESP Explorer's page script (loaded by app.py through launch(head=...)): presenter keys, the URL state,
-// Copy link, present mode, the tour's spotlight, the light / dark switch and the phone layout's toggle.
-// Elements it expects (elem_ids in app.py): #next, #prev, #play (buttons), #copy-link (button), #controls
-// (the controls column), and the views a tour stop names. Python wiring calls window.espExplorer.* from
-// event `js=` callbacks; nothing here talks to the server.
+// ESP Explorer's page script (loaded by app.py through launch(head=...)): presenter keys, the URL state and
+// the run's link, Copy link, present mode, the tour's spotlight, the light / dark switch, the phone layout's
+// toggle, and clicks and keys on the figures that focus a node. Elements it expects (elem_ids in app.py):
+// #next, #prev, #play (buttons), #copy-link (button), #link-note, #controls (the controls column),
+// #tree-plot, #mask-plot, #focus-click (hidden box), and the views a tour stop names. Python wiring calls
+// window.espExplorer.* from event `js=` callbacks; the only thing sent to the server is a click, through
+// #focus-click, as the page's own input event.
 (() => {
   const TYPING = "input:not([type=range]), textarea, select, [contenteditable]:not([contenteditable=false])";
   const KEYS = { ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play" };
   const SPOT = "esp-spotlight";
+  // The address's keys that name the run on screen (explorer/recipe.py RUN_KEYS: a shipped trace, or a run's
+  // recipe); "step" follows the shown step, and only with a run to belong to.
+  const RUN_KEYS = ["trace", "prompt", "model", "method", "k", "bc", "lam", "tree", "init", "dtype", "mode",
+    "temperature", "top_p", "seed", "max_new", "layouts"];
   const byId = (id) => document.getElementById(id);
 
-  // A presenter's remote sends these keys; typed in a text box they keep their usual meaning.
-  const ours = (e) => KEYS[e.key] && !(e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING));
+  // A presenter's remote sends these keys; typed in a text box they keep their usual meaning, and a key that a
+  // focused part of the page already used (the text's tokens, the tree's nodes) is not a step too.
+  const ours = (e) => KEYS[e.key] && !e.defaultPrevented
+    && !(e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING));
   document.addEventListener("keydown", (e) => {
     const button = ours(e) && byId(KEYS[e.key]);
     if (!button) return;
@@ -23,8 +31,7 @@
     if (e.key === " " && ours(e) && byId(KEYS[e.key])) e.preventDefault();
   }, true);
 
-  function query(state) {
-    const params = new URLSearchParams(location.search);
+  function query(state, params = new URLSearchParams(location.search)) {
     for (const [key, value] of Object.entries(state)) {
       if (value === null || value === undefined || value === "") params.delete(key);
       else params.set(key, String(value));
@@ -32,18 +39,46 @@
     return params.toString();
   }
 
+  function write(qs) {
+    history.replaceState(null, "", qs ? `${location.pathname}?${qs}${location.hash}` : location.pathname);
+    if (window.parent !== window) window.parent.postMessage({ queryString: qs }, "https://huggingface.co");
+    return qs;
+  }
+
   const api = {
     // Write step / tab / trace into the address bar in place (no history entry). On a Space the page runs in
     // an iframe, so the Space's own page is told too (huggingface.co/docs/hub/spaces-handle-url-parameters).
     setState(state) {
-      const qs = query(state);
-      history.replaceState(null, "", qs ? `${location.pathname}?${qs}${location.hash}` : location.pathname);
-      if (window.parent !== window) window.parent.postMessage({ queryString: qs }, "https://huggingface.co");
-      return qs;
+      return write(query(state));
+    },
+
+    // The run on screen: its link's query from the server ("trace=..." or its recipe), or "" when it has none
+    // (a run still decoding, one opened from a file, one too long for a link: #link-note says why). Its keys
+    // replace the last run's in the address, with the shown step; without a link the address names no run and
+    // no step, so that it never opens another run at this step.
+    run: null,
+    step: null,
+    setRun(runQuery) {
+      api.run = runQuery || "";
+      if (!api.linked) return null;
+      const params = new URLSearchParams(location.search);
+      [...RUN_KEYS, "step"].forEach((key) => params.delete(key));
+      new URLSearchParams(api.run).forEach((value, key) => params.set(key, value));
+      if (api.run && api.step !== null) params.set("step", String(api.step));
+      return write(params.toString());
+    },
+    showStep(step) {
+      api.step = step;
+      return api.linked && api.run ? api.setState({ step }) : null;
     },
 
     async copyLink() {
       const button = byId("copy-link");
+      if (api.linked && !api.run) {  // no link to this run: say so instead of copying one to another run
+        if (button) flash(button, "No link: see the note");
+        byId("link-note")?.scrollIntoView({ block: "center" });
+        return null;
+      }
       try {
         await navigator.clipboard.writeText(location.href);
         if (button) flash(button, "Copied");
@@ -91,7 +126,8 @@
     if (params.get("present") === "1") document.body.classList.add("esp-present");
     const theme = params.get("__theme") || localStorage.getItem("esp-theme");
     if (theme) document.body.classList.toggle("dark", theme === "dark");
-    byId("copy-link")?.addEventListener("click", () => api.copyLink());
+    // On the document: Gradio may draw the button again after this script ran, dropping a listener on it.
+    document.addEventListener("click", (e) => { if (e.target.closest?.("#copy-link")) api.copyLink(); });
     // Phones: the controls wait behind this toggle, at the top of the page (app.css hides them there).
     const controls = byId("controls");
     if (controls && !byId("controls-toggle")) {
@@ -109,22 +145,98 @@
     }
   }
 
-  // A click on a node of the draft tree focuses it: the node index (customdata[4] of the tree's node traces)
-  // goes into the hidden #focus-click box, which the server answers like a choice in the Focus box. The tree
-  // is redrawn at every step, so the handler is attached to whichever plot is there now.
-  function listenToTree() {
-    const plot = document.querySelector("#tree-plot .js-plotly-plot");
+  // A click that focuses a node goes into the hidden #focus-click box as "kind:n:time", which the server
+  // answers like a choice in the Focus box (explorer/lesson.py clicked): kind "node" (n: a node index of the
+  // shown step), "row" (n: a block row of the attention figure; a mask's row means its node) or "token" (n:
+  // a token's index in the whole text; the server goes to the step that emitted it).
+  function sendClick(kind, n) {
+    const box = document.querySelector("#focus-click textarea, #focus-click input");
+    if (!box || !Number.isInteger(n) || n < 0) return false;
+    box.value = `${kind}:${n}:${Date.now()}`;  // a fresh value each click, so a repeated click still counts
+    box.dispatchEvent(new Event("input", { bubbles: true }));
+    return true;
+  }
+
+  // The figures are redrawn at every step (a new plot element each time), so a handler is attached to
+  // whichever plot is there now.
+  function onPlotClick(selector, read) {
+    const plot = document.querySelector(`${selector} .js-plotly-plot`);
     if (!plot || plot.espListening || typeof plot.on !== "function") return;
     plot.espListening = true;
     plot.on("plotly_click", (event) => {
-      const node = event.points?.[0]?.customdata?.[4];
-      const box = document.querySelector("#focus-click textarea, #focus-click input");
-      if (node === undefined || !box) return;
-      box.value = `${node}:${Date.now()}`;  // a fresh value each click, so a repeated click still counts
-      box.dispatchEvent(new Event("input", { bubbles: true }));
+      const point = event.points?.[0];
+      const click = point && read(point);
+      if (click) sendClick(...click);
     });
   }
-  setInterval(listenToTree, 500);
+  // What each figure's points carry (components/*.py): the tree, the node index in customdata[4]; the
+  // attention figure, a row's name "r:token" with r its block row (the prefill's prompt row has none); the
+  // Mask Lens grid, [step, node where the masks sit, mask, layer]; the commitment strip, [step, token index,
+  // ...]. A figure that is not on the page is skipped.
+  const READ = {
+    "#tree-plot": (point) => ["node", point.customdata?.[4]],
+    "#mask-plot": (point) => {
+      const row = /^(\d+):/.exec(String(point.y ?? ""));
+      return row && ["row", Number(row[1])];
+    },
+    "#lens-plot": (point) => ["node", point.customdata?.[1]],
+    "#commit-plot": (point) => ["token", point.customdata?.[1]],
+  };
+  // Attached as soon as a figure is drawn (a click right after a step changed must count).
+  const attach = () => {
+    Object.entries(READ).forEach(([selector, read]) => onPlotClick(selector, read));
+    treeKeys();
+  };
+  new MutationObserver(attach).observe(document.documentElement, { childList: true, subtree: true });
+
+  // The tree by keyboard: Tab reaches it; ← → (↑ ↓) move between its nodes in index order, each outlined in
+  // place with its token read out (#tree-cursor, polite); Enter focuses it as a click would.
+  function treeNodes(plot) {
+    const nodes = [];
+    (plot.data || []).forEach((trace, curve) => (trace.customdata || []).forEach((d, point) => {
+      if (Array.isArray(d) && Number.isInteger(d[4])) nodes.push({ node: d[4], text: String(d[0]), curve, point });
+    }));
+    return nodes.sort((a, b) => a.node - b.node);
+  }
+  function markTreeNode(holder, plot, at) {
+    holder.querySelectorAll(".esp-cursor").forEach((el) => el.classList.remove("esp-cursor"));
+    const trace = plot.querySelectorAll(".scatterlayer .trace")[at.curve];
+    trace?.querySelectorAll(".points path")[at.point]?.classList.add("esp-cursor");
+    try {  // the node's own hover label, as the mouse shows it (Plotly.js is global on a Gradio page)
+      window.Plotly?.Fx?.hover(plot, [{ curveNumber: at.curve, pointNumber: at.point }]);
+    } catch { /* no hover label: the outline and the words below still say where the cursor is */ }
+    let said = byId("tree-cursor");
+    if (!said) {  // on <body>: Gradio redraws the figure's own block
+      said = document.createElement("div");
+      said.id = "tree-cursor";
+      said.className = "esp-sr";
+      said.setAttribute("aria-live", "polite");
+      document.body.append(said);
+    }
+    said.textContent = `Node ${at.node}: ${at.text} (Enter focuses it)`;
+  }
+  function treeKeys() {
+    const holder = byId("tree-plot");
+    if (!holder || holder.espKeys) return;
+    holder.espKeys = true;
+    holder.tabIndex = 0;
+    holder.setAttribute("aria-label", "Draft tree: left and right arrows move between its nodes, Enter focuses one");
+    holder.addEventListener("keydown", (e) => {
+      const plot = holder.querySelector(".js-plotly-plot");
+      const nodes = plot ? treeNodes(plot) : [];
+      const move = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 }[e.key];
+      if (!nodes.length || e.target !== holder || (move === undefined && e.key !== "Enter")) return;
+      e.preventDefault();
+      let at = nodes.findIndex((n) => n.node === api.treeNode);
+      if (e.key === "Enter") {
+        if (at >= 0) sendClick("node", nodes[at].node);
+        return;
+      }
+      at = at < 0 ? (move > 0 ? 0 : nodes.length - 1) : (at + move + nodes.length) % nodes.length;
+      api.treeNode = nodes[at].node;
+      markTreeNode(holder, plot, nodes[at]);
+    });
+  }
 
   window.espExplorer = api;
   // Gradio renders the page after this script runs: wait for the controls column to exist.

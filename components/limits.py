@@ -22,6 +22,9 @@ from esp.models.offline import offline_models
 
 # Small Hub models offered on a Space (which has network access) besides the embedded one.
 SPACE_MODELS = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen3-0.6B")
+# Offered on a Space with a GPU as well: a model big enough for ESP's masks to win (on Qwen2.5-Coder-1.5B ESP
+# alone out-drafts every baseline: BENCHMARKS), preloaded when the Space is built (README: preload_from_hub).
+GPU_SPACE_MODELS = ("Qwen/Qwen2.5-Coder-1.5B-Instruct",)
 # On a Space the app is reached through Hugging Face's proxy, from its internal network (the connection's
 # address is a 10.x one there); the proxy names the visitor in X-Forwarded-For (docs/SECURITY.md).
 SPACE_PROXIES = ("10.0.0.0/8",)
@@ -35,6 +38,16 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     if value < 1:
         raise ESPError(f"{name} must be at least 1, not {value}.")
     return value
+
+
+def space_gpu(env: Mapping[str, str]) -> bool:
+    """Whether this Space runs on a GPU: ZeroGPU (the platform sets SPACES_ZERO_GPU; its main process never
+    touches CUDA, so it is not asked) or a GPU of its own."""
+    if env.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"):
+        return True
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _networks(values: Iterable[str]) -> tuple[str, ...]:
@@ -104,12 +117,15 @@ class Limits:
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
         """The limits set by the environment; defaults: the embedded model, the other offline models that
-        are installed (`make qwen`), plus SPACE_MODELS on a Space (SPACE_ID set) or, offline, those of them
-        already in the local cache."""
+        are installed (`make qwen`), plus SPACE_MODELS on a Space (SPACE_ID set) and GPU_SPACE_MODELS on one
+        with a GPU, or, off a Space, those of them already in the local cache."""
         listed = [m.strip() for m in env.get("ESP_APP_MODELS", "").split(",") if m.strip()]
         if not listed:
-            on_space = bool(env.get("SPACE_ID"))
-            listed = [EMBEDDED, *offline_models()] + [m for m in SPACE_MODELS if on_space or in_local_cache(m)]
+            listed = [EMBEDDED, *offline_models()]
+            if env.get("SPACE_ID"):
+                listed += [*SPACE_MODELS, *(GPU_SPACE_MODELS if space_gpu(env) else ())]
+            else:
+                listed += [m for m in (*SPACE_MODELS, *GPU_SPACE_MODELS) if in_local_cache(m)]
         numbers = {name: _int(env, f"ESP_APP_{name.upper()}", getattr(cls, name))
                    for name in ("max_prompt_tokens", "max_new_tokens", "max_compare_tokens", "queue_size",
                                 "max_sessions", "held_runs", "threads", "visitor_runs", "visitor_waiting",

@@ -80,3 +80,22 @@ def focus_index(step: StepTrace, focus: int | None, start: int) -> int | None:
     if node.status == ACCEPTED and node.depth <= len(step.emitted_text):
         return start + node.depth - 1
     return None
+
+
+def token_origin(steps: Sequence[StepTrace | dict], upto: int, index: int,
+                 limit: int | None = MAX_TOKENS) -> tuple[int, int] | None:
+    """Where entry `index` of token_sources(steps, upto, limit) came from: (step, place among that step's
+    emitted tokens); None for the summary of earlier tokens, or past the text."""
+    counts = [len(s.emitted_text) for s in as_steps(steps[: upto + 1])]
+    total = sum(counts)
+    if limit is not None and total > limit:  # token_sources' first entry is then the summary
+        if index == 0:
+            return None
+        index += total - limit - 1
+    if not 0 <= index < total:
+        return None
+    for step, n in enumerate(counts):
+        if index < n:
+            return step, index
+        index -= n
+    return None

@@ -35,6 +35,7 @@ from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
 from explorer import emulation, gpu
+from explorer.recipe import Recipe
 from explorer.requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from explorer.session import Session
 from explorer.views import FAST_VIEWS, VIEWS, refusal, render, status
@@ -50,6 +51,9 @@ TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "Qwen2.5-Coder-1.5B: ESP on an everyday question (why the sky is blue)": ASSETS / "trace_qwen15.json"}
 # The same traces by file stem: their names in a link (?trace=trace_masks) and in the tour.
 SHIPPED = {path.stem: path for path in TRACES.values()}
+# What the page opens on (no model call): an ESP run with its alignment filled. The tour starts on it too
+# (tests/test_tour.py). Qwen2.5-Coder-1.5B's ESP trace (trace_qwen15, with the lens) replaces it once recorded.
+OPENING = "trace_masks"
 # While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not
 # sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering clicks).
 # The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
@@ -277,7 +281,8 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
     token = session.start({
         "model": lm.name, "model_name": name, "prompt": prompt, "prompt_ids": ids, "method": settings.method,
         "spec": settings.spec(), "settings": settings.describe(), "sampling": asdict(settings.sampling()),
-        "max_new_tokens": settings.max_new_tokens, "layouts": settings.layouts})
+        "max_new_tokens": settings.max_new_tokens, "layouts": settings.layouts,
+        "recipe": Recipe(prompt, name, settings).to_dict()})  # its link (explorer.recipe.link_of)
     state = "done"
     try:
         # The first update carries the light views only: the page is busiest while the run starts.
@@ -313,6 +318,8 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
         state = f"aborted: {why}"
     finally:
         session.finish()
+    if state != "done":  # its link reproduces the tokens on screen, not the longer run it was stopped in
+        session.meta["recipe"]["max_new_tokens"] = max(1, sum(len(s.emitted) for s in session.steps))
     session.meta["text"] = lm.tokenizer.decode([t for s in session.steps for t in s.emitted],
                                                skip_special_tokens=True)
     # Send the last step again as a whole, so the final output alone holds the text and every figure.

@@ -32,7 +32,7 @@ def page(lm, request):
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(url)
         # Every test starts from a loaded page: a recorded run is on screen as soon as it opens, no model involved.
-        expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
+        expect(page.locator("#status")).to_contain_text("recorded: trace_masks.json", timeout=HANG_MS)
         yield page
         browser.close()
 
@@ -81,7 +81,7 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     from playwright.sync_api import expect
 
     expect(page.locator("#tree-plot .gtitle")).to_contain_text("step")
-    expect(page.locator("#method input")).to_have_value("hybrid")  # the controls show the recorded run's method
+    expect(page.locator("#method input")).to_have_value("esp")  # the controls show the recorded run's method
     page.locator("#prompt textarea").fill("Count from 1 to 10, separated by commas.")
     choose(page, "method", "esp")
     settings(page, 2, 24, 14)

@@ -2,6 +2,8 @@
 tests/test_browser.py): presenter keys, keys typed in a text box, URL state, present mode, spotlight, theme."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,32 @@ def test_url_state_spotlight_theme_present(browser, tmp_path):
     page.locator("#controls-toggle").click()
     assert page.evaluate("document.getElementById('controls').hasAttribute('data-shown')")
     assert page.locator("#controls-toggle").get_attribute("aria-expanded") == "true"
+
+
+def test_the_address_names_the_run_on_screen_or_no_run_and_no_step(browser, tmp_path):
+    from explorer.recipe import RUN_KEYS
+
+    page = open_page(browser, tmp_path, "?present=1&trace=trace_copy&step=3")
+    keys = re.search(r"const RUN_KEYS = (\[.*?\]);", (ROOT / "assets" / "explorer.js").read_text(), re.S)
+    assert json.loads(keys.group(1)) == list(RUN_KEYS)  # the same keys as the server's
+    page.evaluate("espExplorer.linked = true; espExplorer.showStep(5)")
+    assert page.evaluate("location.search") == "?present=1&trace=trace_copy&step=3"  # no run told yet: untouched
+    page.evaluate("espExplorer.setRun('prompt=Count+to+3&model=embedded&k=2')")
+    assert page.evaluate("location.search") == "?present=1&prompt=Count+to+3&model=embedded&k=2&step=5"
+    page.evaluate("espExplorer.showStep(7)")
+    assert page.evaluate("location.search").endswith("&k=2&step=7")
+    page.evaluate("espExplorer.setRun('trace=trace_masks')")  # another run: the recipe's keys go
+    assert page.evaluate("location.search") == "?present=1&trace=trace_masks&step=7"
+    page.evaluate("espExplorer.setRun('')")  # a run with no link: no run and no step in the address
+    assert page.evaluate("location.search") == "?present=1"
+    page.evaluate("espExplorer.showStep(2)")
+    assert page.evaluate("location.search") == "?present=1"
+    assert page.evaluate("espExplorer.copyLink()") is None  # nothing copied: the note says why
+
+
+def test_a_key_a_focused_part_used_is_not_a_step(browser, tmp_path):
+    page = open_page(browser, tmp_path)
+    page.evaluate("""document.getElementById('tree-plot').addEventListener('keydown', (e) => e.preventDefault())""")
+    page.locator("#tree-plot").press("ArrowRight")  # used there (as the tree's own keys use it)
+    assert page.evaluate("window.clicks") == {"prev": 0, "next": 0, "play": 0}
+    assert page.locator("#tree-plot").get_attribute("tabindex") == "0"  # Tab reaches the tree

@@ -1,5 +1,6 @@
 """The lesson's handlers called directly (no server, no model): a link's state, the controls set from an
-opened trace, Play / Pause, the tour, and the focus and step words every step render carries."""
+opened trace or a link's recipe, a click on a token, a node or a row, Play / Pause, the tour, and the focus and
+step words every step render carries."""
 from __future__ import annotations
 
 import json
@@ -29,10 +30,11 @@ def test_link_opens_a_shipped_trace_at_its_step_and_tab():
     session = Session()
     out = lesson.open_link(session, link(trace="trace_masks", step="7", tab="whatif"))
     assert out[0].startswith("**Done** · step 7 of 24") and out[1]["value"] == 7
-    assert out[-1].selected == "whatif" and session.meta["shipped"] == "trace_masks"
+    assert out[-2].selected == "whatif" and session.meta["shipped"] == "trace_masks" and out[-1] is None
     assert "Step 7" in views(out)["words"]
-    first = lesson.open_link(Session(), None)  # no link: the first shipped trace at its last step
-    assert "recorded: trace_copy.json" in first[0] and first[1]["value"] == 4
+    first = lesson.open_link(Session(), None)  # no link: the opening ESP run at its last step
+    assert f"recorded: {calls.OPENING}.json" in first[0] and first[1]["value"] == len(first[-3].steps) - 1
+    assert first[-3].meta["method"] == "esp" and any(s.alignment for s in first[-3].steps)
 
 
 @pytest.mark.parametrize("query, says, step", [
@@ -45,20 +47,21 @@ def test_link_opens_a_shipped_trace_at_its_step_and_tab():
 def test_bad_link_is_clamped_in_one_status_line(query, says, step):
     out = lesson.open_link(Session(), link(**query))
     assert out[0].startswith("⚠️") and says in out[0] and "\n" not in out[0]
-    assert out[1]["value"] == step and out[-1].selected in lesson.TABS
+    assert out[1]["value"] == step and out[-2].selected in lesson.TABS
 
 
 def test_controls_show_the_opened_traces_settings():
     session = Session()
     calls.open_shipped("trace_copy", session)
-    key, *values = lesson.trace_controls(session)
+    key, note, *values = lesson.shown_controls(session)
     got = dict(zip(lesson.CONTROLS, values))
-    assert key == "trace_copy"
+    assert key == "trace=trace_copy" and note == ""
     assert got["method"] == "hybrid" and got["k"] == 1 and got["bc"] == 30 and got["init"] == "mean"
     assert got["mode"] == "greedy" and got["max_new"] == 48 and got["layouts"] == "efficient"
-    assert got["model"] == "embedded"
+    assert got["model"] == "embedded" and got["dtype"] == "float32"
+    assert got["prompt"] == session.meta["prompt"] and got["prompt"].startswith("Fix the typo")  # the prompt too
     calls.open_shipped("trace_qwen05", session)
-    got = dict(zip(lesson.CONTROLS, lesson.trace_controls(session)[1:]))
+    got = dict(zip(lesson.CONTROLS, lesson.shown_controls(session)[2:]))
     assert got["method"] == "esp" and got["k"] == 2 and got["tree"] == "static"
     offered = "qwen2.5-coder-0.5b" in calls.LIMITS.models  # a model the server does not offer is left as it is
     assert got["model"] == "qwen2.5-coder-0.5b" if offered else not isinstance(got["model"], str)
@@ -70,7 +73,8 @@ def test_an_uploaded_export_is_not_a_shipped_trace(tmp_path):
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({"meta": session.meta, "steps": [s.to_dict() for s in session.steps]}))
     calls.open_trace(str(path), session)
-    assert lesson.trace_controls(session)[0] == ""
+    key, note, *_ = lesson.shown_controls(session)
+    assert key == "" and "opened from a file" in note  # no link, and the page says why
 
 
 def test_play_ticks_to_the_last_step_then_stops():
@@ -131,3 +135,34 @@ def test_every_step_render_carries_its_words():
         out = views(calls.show_step(session, i))
         assert isinstance(out["tree"], go.Figure)
         assert ("prefill" if i == 0 else f"Step {i}") in out["words"]
+
+
+def test_a_click_on_a_node_a_row_or_a_token_focuses_its_node():
+    session = Session()
+    calls.open_shipped("trace_masks", session)
+    labels = session.steps[13].row_labels
+    for click, node in (("node:2:1", 2), (f"row:{labels.index('node 2:6')}:1", 2),
+                        (f"row:{labels.index('mask 4.1')}:1", 4)):
+        got = views(lesson.clicked(session, 13, click))
+        assert got["focus"]["value"] == node and got["focus_note"].startswith(f"Node {node} ")
+    got = lesson.clicked(session, 24, "token:23:9")  # the whole text's token 23: step 13's second draft
+    assert got[1]["value"] == 13 and views(got)["focus"]["value"] == 9
+    assert views(got)["focus_note"].startswith("Token '5' is an accepted draft of step 13. Node 9 ")
+    for bad in ("nodes:1:1", "row:x:1", "node:-1:1", "token:999:1", "<b>:1"):
+        assert lesson.clicked(session, 13, bad)[0].startswith("⚠️"), bad
+    assert views(lesson.clicked(session, 13, "row:99:1"))["focus"]["value"] is None  # no such row: no focus
+
+
+def test_a_click_on_a_token_goes_to_its_step_and_node():
+    session = Session()
+    calls.open_shipped("trace_masks", session)
+    select = lambda i: SimpleNamespace(index=i, value=["x", "y"])  # noqa: E731 - what gr.SelectData carries
+    draft = lesson.token_clicked(session, 24, select(23))
+    assert draft[1]["value"] == 13 and views(draft)["focus"]["value"] == 9
+    own = lesson.token_clicked(session, 24, select(24))  # step 13's own token: chosen at its last draft's row
+    assert own[1]["value"] == 13 and views(own)["focus"]["value"] == 9
+    assert views(own)["focus_note"].startswith("Token '↵' is the model's own token of step 13, chosen at node 9")
+    first = lesson.token_clicked(session, 24, select(0))  # the prefill's token: its root
+    assert first[1]["value"] == 0 and views(first)["focus"]["value"] == 0
+    for bad in (48, -1, "3", None, 2.5):
+        assert lesson.token_clicked(session, 24, select(bad))[0].startswith("⚠️"), bad

@@ -67,3 +67,9 @@ def test_bad_file_refused(tmp_path):
     with pytest.raises(ValueError, match="cannot read the tour broken.json"):
         load_tour(tmp_path / "broken.json")
     assert TOUR.exists()
+
+
+def test_the_tour_starts_on_the_run_the_page_opens_on():
+    from explorer.calls import OPENING
+
+    assert load_tour()[0].trace == OPENING

@@ -1,0 +1,269 @@
+"""Issue 37 in a real browser: the page opens on an ESP run (no model call), a click or a key on a token, a tree
+node or an attention row focuses it in every view, a link made from a run done on the page reproduces it in a
+fresh browser, and a crafted link is refused in one line with no markup. One server, in-process; the model is
+loaded only by the last test, which runs it. Timeouts are hang guards, never a measure."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from app_server import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+              pytest.mark.browser]
+HANG_MS = 60_000
+MASKS = json.loads((ROOT / "assets" / "trace_masks.json").read_text())
+VIEWPORT = {"width": 1280, "height": 1000}
+STATUS = "#status [data-testid=markdown]"  # the status line itself, not its progress overlay
+
+
+@pytest.fixture(scope="module")
+def loads():
+    """Every model load the server attempts while these tests run."""
+    from explorer import gpu
+
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = gpu.load
+        mp.setattr(gpu, "load", lambda *a, **kw: seen.append(a) or real(*a, **kw))
+        yield seen
+
+
+@pytest.fixture(scope="module")
+def url(loads):
+    with serve("local") as address:
+        yield address.rstrip("/") + "/"
+
+
+@pytest.fixture
+def fresh(browser, url):
+    """fresh(query): a page in a browser context of its own (no storage, no clipboard) opened at url + query,
+    once the page's script is there."""
+    contexts = []
+
+    def open_page(query: str = ""):
+        context = browser.new_context(viewport=VIEWPORT)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(url + query)
+        page.wait_for_function("() => window.espExplorer?.linked === true", timeout=HANG_MS)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+def expect_step(page, n: int) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#tree-plot .gtitle")).to_contain_text(f"step {n}", timeout=HANG_MS)
+    expect(page.locator("#scrub input[type=range]")).to_have_value(str(n), timeout=HANG_MS)
+
+
+def text_shown(page) -> str:
+    """The generated text as the text view shows it (its tokens, in order)."""
+    return page.locator("#text-view .textfield").inner_text()
+
+
+def token_button(page, text: str, nth: int):
+    """The `nth` token of the text view that reads exactly `text` (Gradio's token buttons, in order)."""
+    buttons = page.locator("#text-view .token[role=button]")
+    texts = buttons.locator(".text").all_inner_texts()
+    return buttons.nth([i for i, t in enumerate(texts) if t == text][nth])
+
+
+def test_the_page_opens_on_an_esp_run_with_its_alignment_and_prompt_and_no_model_call(fresh, loads):
+    from playwright.sync_api import expect
+
+    from explorer.calls import OPENING
+
+    page = fresh()
+    last = len(MASKS["steps"]) - 1
+    expect_step(page, last)
+    expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json")
+    expect(page.locator("#method input")).to_have_value("esp")
+    expect(page.locator("#prompt textarea")).to_have_value(MASKS["meta"]["prompt"])  # the prompt box too
+    curves = page.evaluate("() => (document.querySelector('#align-plot .js-plotly-plot')?.data || [])"
+                           ".filter((t) => (t.y || []).some((y) => y !== null)).length")
+    assert curves >= 2, "the alignment is empty"
+    assert f"trace={OPENING}" in page.evaluate("location.search")
+    assert not loads, "a model was loaded"
+
+
+def test_a_click_on_a_token_goes_to_the_step_that_emitted_it_and_focuses_its_node(fresh):
+    from playwright.sync_api import expect
+
+    page = fresh("?trace=trace_masks")
+    step = MASKS["steps"][13]  # emitted ' ', '5', '\n': two accepted drafts (nodes 1 and 9), then the bonus
+    node = next(n["index"] for n in step["nodes"] if n["status"] == "accepted" and n["depth"] == 2)
+    token_button(page, "5", 1).click()  # the first '5' is step 11's bonus; the second, step 13's draft
+    expect_step(page, 13)
+    note = page.locator("#focus-note")
+    expect(note).to_contain_text("is an accepted draft of step 13", timeout=HANG_MS)
+    expect(note).to_contain_text(f"Node {node} ")
+    expect(page.locator("#focus input")).to_have_value(re.compile(rf"^{node} · "))
+    page.wait_for_function("() => location.search.includes('step=13')", timeout=HANG_MS)
+
+
+def test_keys_reach_the_tokens_and_the_tree_nodes(fresh):
+    from playwright.sync_api import expect
+
+    page = fresh("?trace=trace_masks&step=24")
+    expect(page.locator("#keys-help")).to_contain_text("Enter to go to the step that wrote one")
+    first = page.locator("#text-view .token[role=button]").first
+    first.focus()
+    page.keyboard.press("ArrowRight")  # token 1 ('.', step 1): the tokens' own key, not the next step
+    page.keyboard.press("ArrowRight")  # token 2 (' ', step 2's accepted draft)
+    assert page.evaluate("document.activeElement.querySelector('.text').textContent") == " "
+    page.keyboard.press("Enter")
+    expect_step(page, 2)
+    expect(page.locator("#focus-note")).to_contain_text("is an accepted draft of step 2", timeout=HANG_MS)
+
+    tree = page.locator("#tree-plot")
+    tree.focus()
+    page.keyboard.press("ArrowRight")  # the cursor on node 0, then node 1
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#tree-cursor")).to_contain_text("Node 1")
+    assert page.locator("#tree-plot .esp-cursor").count() == 1
+    page.keyboard.press("Enter")
+    expect(page.locator("#focus-note")).to_contain_text("Node 1 ", timeout=HANG_MS)
+    expect_step(page, 2)  # the arrows moved the cursor, not the step
+
+
+def click_row(page, row: int) -> None:
+    """Click the middle of block row `row` of the attention figure (a category axis: row r is category r)."""
+    at = page.evaluate("""(r) => {
+        const p = document.querySelector('#mask-plot .js-plotly-plot'), box = p.getBoundingClientRect();
+        const x = p._fullLayout.xaxis, y = p._fullLayout.yaxis;
+        return {x: box.left + x._offset + x._length / 2, y: box.top + y._offset + y.l2p(r)}; }""", row)
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.click(at["x"], at["y"])
+
+
+def test_a_click_on_an_attention_row_focuses_its_node(fresh):
+    from playwright.sync_api import expect
+
+    page = fresh("?trace=trace_masks&step=13")
+    expect_step(page, 13)
+    labels = MASKS["steps"][13]["row_labels"]
+    page.locator("#mask-plot").scroll_into_view_if_needed()
+    click_row(page, labels.index("node 2:6"))
+    note = page.locator("#focus-note")
+    expect(note).to_contain_text("Node 2 ", timeout=HANG_MS)
+    page.wait_for_function("() => (document.querySelector('#mask-plot .js-plotly-plot')?.layout.shapes || [])"
+                           ".length > 0", timeout=HANG_MS)  # redrawn with the focus outlined
+    click_row(page, labels.index("mask 4.1"))  # a mask's row: the node it was fed for
+    expect(note).to_contain_text("Node 4 ", timeout=HANG_MS)
+
+
+CRAFTED = [
+    ("?prompt=hi&k=99", "k must be at most 4, not 99."),
+    ("?prompt=hi&k=two&step=3", "k must be a number, not 'two'."),
+    ("?prompt=hi&method=%3Cimg%20src%3Dx%20onerror%3D%22window.pwned%3D1%22%3E", "Unknown method '<img src=x"),
+    ("?prompt=hi&model=meta-llama%2FLlama-3.2-1B-Instruct", "does not offer the model 'meta-llama/Llama-3.2-1B"),
+    ("?prompt=%3Cscript%3Ewindow.pwned%3D1%3C%2Fscript%3E&max_new=%5Bb%5D(javascript%3Aalert(1))",
+     "max new tokens must be a number, not '[b](javascript:alert(1))'."),
+]
+
+
+@pytest.mark.parametrize("query, says", CRAFTED)
+def test_a_crafted_link_is_refused_in_one_line_with_no_markup(fresh, query, says):
+    from playwright.sync_api import expect
+
+    from explorer.calls import OPENING
+
+    page = fresh(query)
+    status = page.locator(STATUS)
+    expect(status).to_contain_text("This link was refused: ", timeout=HANG_MS)
+    line = status.inner_text().strip()
+    assert says in line and "\n" not in line and line.startswith("⚠️")
+    assert f"recorded: {OPENING}.json" in line  # the page opened as if the link named no run
+    assert page.locator("#status img, #status script, #status a, #status b").count() == 0
+    assert page.evaluate("window.pwned") is None and "Traceback" not in page.content()
+    expect(page.locator("#prompt textarea")).to_have_value(MASKS["meta"]["prompt"])  # nothing of the link kept
+    page.wait_for_function(f"() => location.search.includes('trace={OPENING}')", timeout=HANG_MS)
+    assert "prompt=" not in page.evaluate("location.search")
+
+
+def test_a_prompt_with_markup_is_text_in_the_prompt_box(fresh):
+    from playwright.sync_api import expect
+
+    page = fresh("?prompt=%3Cb%3Ebold%3C%2Fb%3E%20%5Bx%5D(javascript%3Ax)&method=pld&max_new=16")
+    expect(page.locator(STATUS)).to_contain_text("press Run to reproduce this run", timeout=HANG_MS)
+    expect(page.locator("#prompt textarea")).to_have_value("<b>bold</b> [x](javascript:x)")
+    expect(page.locator("#method input")).to_have_value("pld")
+    assert page.locator("#status b").count() == 0 and page.locator("#status strong").count() == 1  # **Run**
+    assert "prompt=" in page.evaluate("location.search")  # the link stays, to be run
+
+
+def test_an_uploaded_trace_says_it_has_no_link(fresh):
+    from playwright.sync_api import expect
+
+    page = fresh("?trace=trace_masks&step=3")
+    page.get_by_role("tab", name="Open a trace").click()
+    page.locator("#trace-file input[type=file]").set_input_files(str(ROOT / "assets" / "trace_copy.json"))
+    expect(page.locator("#status")).to_contain_text("recorded: trace_copy.json", timeout=HANG_MS)
+    expect(page.locator("#link-note")).to_contain_text("opened from a file", timeout=HANG_MS)
+    page.wait_for_function("() => !/trace=|step=/.test(location.search)", timeout=HANG_MS)
+    page.locator("#copy-link").click()
+    expect(page.locator("#copy-link")).to_contain_text("No link")
+
+
+def set_number(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def run_to_done(page) -> None:
+    """Press Run and wait for this run's end (its status, then the link it is given)."""
+    page.evaluate("window.espExplorer.run = null")
+    page.locator("#run").click()
+    page.wait_for_function(f"() => document.querySelector('{STATUS}').innerText.includes('Done') "
+                           "&& typeof window.espExplorer.run === 'string' && window.espExplorer.run !== ''",
+                           timeout=5 * HANG_MS)
+
+
+def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
+    from playwright.sync_api import expect
+
+    page = fresh()
+    page.locator("#prompt textarea").fill("Count from 1 to 9, separated by commas.")
+    set_number(page, "k", 1)
+    set_number(page, "bc", 12)
+    page.get_by_text("Decoding", exact=True).click()
+    set_number(page, "max-new", 16)
+    expect(page.locator("#settings-note")).to_contain_text("BC=12", timeout=HANG_MS)
+    run_to_done(page)
+    last = int(re.search(r"step (\d+) of (\d+)", page.locator(STATUS).inner_text()).group(2))
+    whole = text_shown(page)
+    page.locator("#prev").click()  # the link keeps the shown step
+    expect_step(page, last - 1)
+    page.wait_for_function(f"() => location.search.includes('step={last - 1}')", timeout=HANG_MS)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator("#copy-link").click()  # the button copies the address: the run's recipe and the step
+    expect(page.locator("#copy-link")).to_contain_text("Copied", timeout=HANG_MS)
+    link, status, text = page.evaluate("navigator.clipboard.readText()"), page.locator(STATUS).inner_text(), text_shown(page)
+    assert link == page.evaluate("location.href")
+    assert "prompt=Count+from+1+to+9" in link and "max_new=16" in link and "bc=12" in link
+
+    other = fresh(link.split("/", 3)[3])  # the same address, in a browser context of its own
+    expect(other.locator(STATUS)).to_contain_text("press Run to reproduce this run", timeout=HANG_MS)
+    expect(other.locator("#prompt textarea")).to_have_value("Count from 1 to 9, separated by commas.")
+    expect(other.locator("#method input")).to_have_value("esp")
+    expect(other.locator("#k input[type=number]")).to_have_value("1")
+    expect(other.locator("#bc input[type=number]")).to_have_value("12")
+    other.get_by_text("Decoding", exact=True).click()
+    expect(other.locator("#max-new input[type=number]")).to_have_value("16")
+    run_to_done(other)
+    expect_step(other, last - 1)  # the link's step, once its own run is done
+    assert other.locator(STATUS).inner_text() == status and text_shown(other) == text
+    other.locator("#next").click()
+    expect_step(other, last)
+    assert text_shown(other) == whole  # the same tokens, to the last
