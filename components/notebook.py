@@ -66,7 +66,7 @@ def _runs(value: object, label: str | None) -> list[Run]:
             rows: dict[int, list[StepTrace]] = {}
             for i, s in items:
                 rows.setdefault(i, []).append(s)
-            return [_steps(steps, f"{label or steps[0].method} · prompt {i}") for i, steps in rows.items()]
+            return [_steps(steps, f"{label or steps[0].method} · prompt {i}") for i, steps in sorted(rows.items())]
         if not any(isinstance(x, StepTrace) for x in items):
             return [r for x in items for r in _runs(x, label)]
     raise ESPError(f"{TAKES}; not {type(value).__name__}"

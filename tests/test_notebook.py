@@ -73,8 +73,8 @@ def test_several_runs_play_side_by_side_with_their_labels(kernel):
 def test_a_fresh_decode_plays_with_the_apps_views_and_names_what_it_did_not_record(kernel, tiny_lm):
     model = tiny_lm("llama").model
     ids = list(range(3, 23))
-    plain = esp.decode(model, None, ids, method="esp:k=2:bc=8", max_new_tokens=10)
-    masked = esp.decode(model, None, ids, method="esp:k=2:bc=8", max_new_tokens=10, trace_mask=True)
+    plain = esp.decode(model, None, ids, method="esp:k=2:bc=12", max_new_tokens=10)
+    masked = esp.decode(model, None, ids, method="esp:k=2:bc=12", max_new_tokens=10, trace_mask=True)
     assert plain.tokens == masked.tokens and not any(s.mask for s in plain.steps) and all(s.mask for s in masked.steps)
     player = esp.show([plain, masked])
     for run, result in zip(player.runs, (plain, masked)):
@@ -124,7 +124,7 @@ def test_bad_input_is_refused_with_one_line(value, needle):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (lambda t: t["steps"][1]["nodes"][1].update(status="bogus"), "steps.1.nodes.1.status"),
+    (lambda t: t["steps"][1]["nodes"][1].update(status="bogus"), "steps[1].nodes[1].status: input should be"),
     (lambda t: t.update(steps="many"), "steps"),
     (lambda t: t["steps"][2]["nodes"][0].update(parent=5), "node 0"),
 ])
