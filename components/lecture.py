@@ -7,6 +7,9 @@ A crafted trace or prompt must not run code in it: the page is filled in one pas
 a prompt stays text), every text is HTML-escaped, and the data sits in `application/json` script elements,
 escaped for a `<script>` context and read with JSON.parse. Plotly.js is embedded once, gzip-compressed
 (~1.5 MB of base64 instead of ~4.8 MB), and unpacked by the browser's DecompressionStream.
+
+One player, two homes: the page and the notebook widget (components/notebook.py) run the same script
+(PLAYER_JS) on the same markup (PLAYER_MARKUP) and the same per-step data (step_frames).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from esp.trace import StepTrace
 
@@ -33,7 +36,8 @@ from .step_words import step_words
 from .text_view import COLOR_MAP, token_sources
 from .tree_plot import tree_figure
 
-STEPS_PER_S = 2
+PERIOD_MS = 500  # Play: two steps a second
+PLOTLY_VERSION = get_plotlyjs_version()
 # In a <script> element the HTML parser ends the data at "</script" and JavaScript ends a line at U+2028/9:
 # these characters go in as JSON's own \u escapes, which JSON.parse reads back unchanged.
 _SCRIPT_SAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028",
@@ -94,15 +98,28 @@ def _figure_json(fig: go.Figure) -> dict:
     return json.loads(pio.to_json(fig, validate=False))
 
 
-def _frames(steps: list[StepTrace], meta: Mapping) -> list[dict]:
-    """Every step's views as data; the verifier's eye and the Mask Lens only when the trace records them (the
-    page then says so in one line instead)."""
+def step_frames(steps: Sequence[StepTrace | dict], meta: Mapping) -> list[dict]:
+    """The player's data for every step of a run: each figure view (PLAYER_MARKUP's `data-figure` boxes) as
+    Plotly JSON, the text so far and the step in words as escaped HTML. The verifier's eye and the Mask Lens are
+    None when the trace does not record them (the player then says so in one line instead)."""
+    steps = as_steps(steps)
     lens, eye = has_lens(steps), any(s.eye for s in steps)
     return [{"tree": _figure_json(tree_figure(s)), "mask": _figure_json(mask_figure(s)),
              "text": text_html(token_sources(steps, i)), "words": markdown_html(step_words(s, meta)),
              "eye": _figure_json(eye_figure(s, meta)) if eye else None,
              "lens": _figure_json(lens_figure(steps, i)) if lens else None}
             for i, s in enumerate(steps)]
+
+
+def run_title(steps: Sequence[StepTrace], meta: Mapping) -> str:
+    """'ESP Explorer · <model> · <spec>' (plain text: escape it where it becomes HTML)."""
+    return f"ESP Explorer · {meta.get('model', 'a run')} · {meta.get('spec', steps[0].method)}"
+
+
+def player_markup(steps: Sequence[StepTrace | dict]) -> str:
+    """The player's controls and view boxes for a run of len(steps) steps (the script fills the boxes)."""
+    return fill(PLAYER_MARKUP, {"legend": legend_html(), "last": str(len(steps) - 1), "no_eye": html.escape(NO_EYE),
+                                "no_lens": html.escape(NO_LENS)})
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,13 +135,12 @@ def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
     steps = as_steps(steps)
     if not steps:
         raise ValueError("a lecture needs at least one step")
-    title = html.escape(f"ESP Explorer · {meta.get('model', 'a run')} · {meta.get('spec', steps[0].method)}")
     shown = [{"title": name, "figure": _figure_json(fig)} for name, fig in (figures or {}).items()]
     return fill(_PAGE, {
-        "title": title, "prompt": html.escape(str(meta.get("prompt", ""))), "legend": legend_html(),
-        "last": str(len(steps) - 1), "no_eye": html.escape(NO_EYE), "no_lens": html.escape(NO_LENS), "dark": THEMES["dark"], "light": THEMES["light"],
-        "period": str(1000 // STEPS_PER_S), "plotly": packed_plotly(), "frames": script_json(_frames(steps, meta)),
-        "figures": script_json(shown)})
+        "title": html.escape(run_title(steps, meta)), "prompt": html.escape(str(meta.get("prompt", ""))),
+        "css": PLAYER_CSS, "player": player_markup(steps), "script": PLAYER_JS, "period": str(PERIOD_MS),
+        "plotly": packed_plotly(), "version": script_json(PLOTLY_VERSION),
+        "frames": script_json(step_frames(steps, meta)), "figures": script_json(shown)})
 
 
 def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | Path,
@@ -134,31 +150,28 @@ def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | 
     return path
 
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{title}}</title>
-<style>
- body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 1em auto; max-width: 1200px; padding: 0 1em;
-        color: {{light}}; background: #fdfdfd; }
- body.dark { color: {{dark}}; background: #15171a; }
- body.dark .main-svg text { fill: {{dark}} !important; }
- #bar { display: flex; gap: .6em; align-items: center; flex-wrap: wrap; position: sticky; top: 0;
-        background: inherit; padding: .4em 0; z-index: 2; }
- #scrub { flex: 1; min-width: 12em; }
- button { font-size: 1em; padding: .3em .8em; }
- #views { display: flex; flex-wrap: wrap; gap: 1em; }
- #views > div, #lensviews > div { flex: 1 1 420px; min-width: 300px; }
- #lensviews { display: flex; flex-wrap: wrap; gap: 1em; }
- .note { font-size: .85em; opacity: .8; }
- #text { font-family: ui-monospace, Menlo, monospace; white-space: pre-wrap; line-height: 1.7; }
- #text span, #legend span { border-radius: 3px; padding: 0 1px; color: inherit; }
- #legend { font-size: .8em; } #legend span { margin-right: .4em; padding: 0 .3em; }
- code { background: rgba(128,128,128,.18); padding: 0 .2em; border-radius: 3px; }
-</style></head>
-<body>
-<h2>{{title}}</h2>
-<p><b>Prompt:</b> {{prompt}}</p>
-<div id="bar">
+# The player's look, scoped to its root (the lecture's <body>, or a widget's box on a notebook page), so that
+# on a page of its own or among a notebook's cells it looks the same and styles nothing else.
+PLAYER_CSS = fill("""
+.esp-player { font-family: Inter, Helvetica, Arial, sans-serif; color: {{light}}; background: #fdfdfd; }
+.esp-player.dark { color: {{dark}}; background: #15171a; }
+.esp-player.dark .main-svg text { fill: {{dark}} !important; }
+.esp-player #bar { display: flex; gap: .6em; align-items: center; flex-wrap: wrap; position: sticky; top: 0;
+                   background: inherit; padding: .4em 0; z-index: 2; }
+.esp-player #scrub { flex: 1; min-width: 12em; }
+.esp-player button { font-size: 1em; padding: .3em .8em; }
+.esp-player #views, .esp-player #lensviews { display: flex; flex-wrap: wrap; gap: 1em; }
+.esp-player #views > div, .esp-player #lensviews > div { flex: 1 1 420px; min-width: 300px; }
+.esp-player .note { font-size: .85em; opacity: .8; }
+.esp-player #text { font-family: ui-monospace, Menlo, monospace; white-space: pre-wrap; line-height: 1.7; }
+.esp-player #text span, .esp-player #legend span { border-radius: 3px; padding: 0 1px; color: inherit; }
+.esp-player #legend { font-size: .8em; } .esp-player #legend span { margin-right: .4em; padding: 0 .3em; }
+.esp-player code { background: rgba(128,128,128,.18); padding: 0 .2em; border-radius: 3px; }
+""", THEMES)
+
+# One run's controls and views. Ids are unique within a player; the script looks them up inside its root, so
+# several players on one notebook page never reach into each other.
+PLAYER_MARKUP = """<div id="bar">
  <button id="prev" title="Left arrow">◀ prev</button>
  <button id="play" title="Space">Play</button>
  <button id="next" title="Right arrow">next ▶</button>
@@ -167,82 +180,124 @@ _PAGE = """<!doctype html>
  <button id="theme" title="light / dark">◐</button>
 </div>
 <p id="words"></p>
-<div id="views"><div id="tree"></div><div id="mask"></div></div>
+<div id="views"><div id="tree" data-figure="tree"></div><div id="mask" data-figure="mask"></div></div>
 <div id="legend">{{legend}}</div>
 <p id="text"></p>
-<div id="lensviews"><div id="eye"></div><div id="lens"></div></div>
+<div id="lensviews"><div id="eye" data-figure="eye"></div><div id="lens" data-figure="lens"></div></div>
 <p class="note" id="eye-note" hidden>{{no_eye}}</p>
 <p class="note" id="lens-note" hidden>{{no_lens}}</p>
-<div id="figures"></div>
+<div id="figures"></div>"""
+
+# The player itself, the same script in both homes: espPlayer(root, run, opts) plays run = {frames, figures}
+# (step_frames' data and titled figures) in `root` (which holds PLAYER_MARKUP), with Plotly.js unpacked from
+# opts.plotly (packed_plotly) once per page; opts.keys takes the arrow keys (the page, or the widget's box);
+# it returns a function that stops it. Every text in the frames is escaped HTML made in Python.
+PLAYER_JS = r"""
+function espPlotly(packed, version) {
+  if (window.Plotly && window.Plotly.version === version) return Promise.resolve(window.Plotly);
+  // Packed (gzip + base64): unpacked once per page and shared by every player on it. A different Plotly.js
+  // already on the page (a notebook's own) is put back, so that its figures keep theirs.
+  window.__espPlotly = window.__espPlotly || (async () => {
+    const bytes = Uint8Array.from(atob(packed), (c) => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    const code = document.createElement("script");
+    code.textContent = await new Response(stream).text();
+    const before = window.Plotly;
+    document.head.appendChild(code);
+    const ours = window.Plotly;
+    if (before) window.Plotly = before;
+    return ours;
+  })();
+  return window.__espPlotly;
+}
+
+function darkPage() {
+  const body = document.body;
+  if (body.dataset.jpThemeLight) return body.dataset.jpThemeLight === "false";  // JupyterLab, Notebook 7
+  if (body.classList.contains("vscode-dark") || body.classList.contains("vscode-light")) {
+    return body.classList.contains("vscode-dark");
+  }
+  return matchMedia("(prefers-color-scheme: dark)").matches;
+}
+
+function espPlayer(root, run, opts) {
+  const $ = (id) => root.querySelector("#" + id);
+  const FRAMES = run.frames, FIGURES = run.figures || [], LAST = FRAMES.length - 1;
+  const config = {displaylogo: false, responsive: true};
+  let timer = null, Plotly = null;
+
+  function show(i) {
+    if (!Plotly) return;  // still unpacking
+    i = Math.max(0, Math.min(LAST, i));
+    const f = FRAMES[i];
+    $("scrub").value = i;
+    $("step-label").textContent = "Step " + i + " of " + LAST;
+    $("words").innerHTML = f.words;
+    $("text").innerHTML = f.text;
+    for (const box of root.querySelectorAll("[data-figure]")) {
+      // A view the trace does not record (null) is hidden and its one-line note shown.
+      const fig = f[box.dataset.figure], note = $(box.dataset.figure + "-note");
+      box.hidden = !fig;
+      if (note) note.hidden = !!fig;
+      if (fig) Plotly.react(box, fig.data, fig.layout, config);
+    }
+  }
+  const current = () => Number($("scrub").value);
+
+  function pause() { clearInterval(timer); timer = null; $("play").textContent = "Play"; }
+  function play() {
+    if (timer) return pause();
+    if (current() >= LAST) show(0);
+    $("play").textContent = "Pause";
+    timer = setInterval(() => { show(current() + 1); if (current() >= LAST) pause(); }, opts.period);
+  }
+
+  $("prev").onclick = () => { pause(); show(current() - 1); };
+  $("next").onclick = () => { pause(); show(current() + 1); };
+  $("play").onclick = play;
+  $("scrub").oninput = () => { pause(); show(current()); };
+  $("theme").onclick = () => root.classList.toggle("dark");
+  function onKey(e) {
+    if (e.target.matches("input:not([type=range]), textarea, select, [contenteditable]")) return;
+    const keys = {ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play"};
+    if (keys[e.key]) { e.preventDefault(); e.stopPropagation(); $(keys[e.key]).click(); }
+  }
+  opts.keys.addEventListener("keydown", onKey);
+  if (darkPage()) root.classList.add("dark");
+
+  function showFigures() {
+    for (const {title, figure} of FIGURES) {
+      const box = document.createElement("div"), head = document.createElement("h3");
+      head.textContent = title;
+      $("figures").append(head, box);
+      Plotly.newPlot(box, figure.data, figure.layout, config);
+    }
+  }
+  espPlotly(opts.plotly, opts.version).then((p) => { Plotly = p; show(0); showFigures(); }, (e) => {
+    $("words").textContent = "This browser could not unpack the embedded Plotly.js (" + e + ").";
+  });
+  return () => { pause(); opts.keys.removeEventListener("keydown", onKey); };
+}
+"""
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{title}}</title>
+<style>{{css}}
+ body { margin: 1em auto; max-width: 1200px; padding: 0 1em; }
+</style></head>
+<body class="esp-player">
+<h2>{{title}}</h2>
+<p><b>Prompt:</b> {{prompt}}</p>
+{{player}}
 <script type="application/octet-stream" id="esp-plotly">{{plotly}}</script>
 <script type="application/json" id="esp-frames">{{frames}}</script>
 <script type="application/json" id="esp-figures">{{figures}}</script>
-<script>
+<script>{{script}}
 const data = (id) => JSON.parse(document.getElementById(id).textContent);
-const FRAMES = data("esp-frames");
-const FIGURES = data("esp-figures");
-const LAST = FRAMES.length - 1;
-const $ = (id) => document.getElementById(id);
-let timer = null;
-
-function show(i) {
-  if (!window.Plotly) return;  // still unpacking
-  i = Math.max(0, Math.min(LAST, i));
-  const f = FRAMES[i];
-  $("scrub").value = i;
-  $("step-label").textContent = "Step " + i + " of " + LAST;
-  $("words").innerHTML = f.words;
-  $("text").innerHTML = f.text;
-  Plotly.react("tree", f.tree.data, f.tree.layout, {displaylogo: false, responsive: true});
-  Plotly.react("mask", f.mask.data, f.mask.layout, {displaylogo: false, responsive: true});
-  for (const view of ["eye", "lens"]) {
-    const fig = f[view];
-    $(view + "-note").hidden = fig !== null;
-    $(view).hidden = fig === null;
-    if (fig) Plotly.react(view, fig.data, fig.layout, {displaylogo: false, responsive: true});
-  }
-}
-const current = () => Number($("scrub").value);
-
-function pause() { clearInterval(timer); timer = null; $("play").textContent = "Play"; }
-function play() {
-  if (timer) return pause();
-  if (current() >= LAST) show(0);
-  $("play").textContent = "Pause";
-  timer = setInterval(() => { show(current() + 1); if (current() >= LAST) pause(); }, {{period}});
-}
-
-$("prev").onclick = () => { pause(); show(current() - 1); };
-$("next").onclick = () => { pause(); show(current() + 1); };
-$("play").onclick = play;
-$("scrub").oninput = () => { pause(); show(current()); };
-$("theme").onclick = () => document.body.classList.toggle("dark");
-document.addEventListener("keydown", (e) => {
-  if (e.target.matches("input:not([type=range]), textarea, select, [contenteditable]")) return;
-  const keys = {ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play"};
-  if (keys[e.key]) { e.preventDefault(); $(keys[e.key]).click(); }
-});
-if (matchMedia("(prefers-color-scheme: dark)").matches) document.body.classList.add("dark");
-
-// Plotly.js is packed (gzip + base64): unpack it, run it, then draw.
-async function unpackPlotly() {
-  const bytes = Uint8Array.from(atob($("esp-plotly").textContent), (c) => c.charCodeAt(0));
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-  const code = document.createElement("script");
-  code.textContent = await new Response(stream).text();
-  document.head.appendChild(code);
-}
-function showFigures() {
-  for (const {title, figure} of FIGURES) {
-    const box = document.createElement("div"), head = document.createElement("h3");
-    head.textContent = title;
-    $("figures").append(head, box);
-    Plotly.newPlot(box, figure.data, figure.layout, {displaylogo: false, responsive: true});
-  }
-}
-unpackPlotly().then(() => { show(0); showFigures(); }, (e) => {
-  $("words").textContent = "This browser could not unpack the embedded Plotly.js (" + e + ").";
-});
+espPlayer(document.body, {frames: data("esp-frames"), figures: data("esp-figures")},
+          {plotly: document.getElementById("esp-plotly").textContent, version: {{version}}, period: {{period}},
+           keys: document});
 </script>
 </body></html>
 """

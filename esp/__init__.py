@@ -5,9 +5,11 @@ from esp.decoding.batch import BatchDecoder
 from esp.decoding.engine import Decoder, Generation
 from esp.errors import ESPError
 from esp.models.lm import LM
+from esp.notebook import show
 from esp.sampling import Sampling
 
-__all__ = ["BatchDecoder", "Decoder", "ESPError", "Generation", "Result", "Sampling", "calibrate", "decode", "stream"]
+__all__ = ["BatchDecoder", "Decoder", "ESPError", "Generation", "Result", "Sampling", "calibrate", "decode", "show",
+           "stream"]
 
 
 def calibrate(model, tokenizer=None, grid: tuple[int, ...] = cost.GRID, repeats: int = 5) -> cost.CostCurve:

@@ -23,10 +23,13 @@ MASKED_ATTENTION = ("sdpa", "eager")
 @dataclass
 class Result(Generation):
     """A finished run: `tokens` (new ones, EOS included when it ended the run), `text`, every step's trace,
-    the `summary` (tau, forwards, seconds, ...), and the prompt as fed."""
+    the `summary` (tau, forwards, seconds, ...), the prompt as fed, how the target chose its tokens, and the
+    model's name (what `esp.show` titles the run with)."""
 
     prompt_ids: list[int]
     chat_template: bool  # whether a str prompt went through the tokenizer's chat template
+    sampling: Sampling = Sampling()
+    model: str = ""
 
     @property
     def widths(self) -> list[int]:
@@ -44,9 +47,10 @@ def decode(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_token
     each row's tokens are what decoding that prompt alone gives. See `prepare` for the options."""
     dec, ids, chat = prepare(model, tokenizer, prompt, method, max_new_tokens, **options)
     if isinstance(dec, BatchDecoder):
-        return [Result(g.tokens, g.text, g.steps, g.summary, i, chat) for g, i in zip(dec.generate(ids), ids)]
+        run = (dec.rows[0].sampling, dec.lm.name)
+        return [Result(g.tokens, g.text, g.steps, g.summary, i, chat, *run) for g, i in zip(dec.generate(ids), ids)]
     g = dec.generate(ids)
-    return Result(g.tokens, g.text, g.steps, g.summary, ids, chat)
+    return Result(g.tokens, g.text, g.steps, g.summary, ids, chat, dec.sampling, dec.lm.name)
 
 
 def stream(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128,
@@ -60,7 +64,8 @@ def stream(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_token
 def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_tokens: int = 128, *,
             chat_template: bool = True, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
             seed: int = 0, eos_token_id: int | Iterable[int] | None = None, batch_size: int | None = None,
-            views: bool = False, **settings) -> tuple[Decoder | BatchDecoder, list[int] | list[list[int]], bool]:
+            views: bool = False, trace_mask: bool = False,
+            **settings) -> tuple[Decoder | BatchDecoder, list[int] | list[list[int]], bool]:
     """A ready decoder (a BatchDecoder for a batch), the prompt's ids (one list per prompt for a batch), and
     whether the chat template was applied.
 
@@ -72,25 +77,29 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     prompt gets a drafter of its own, and `batch_size` caps the prompts decoded at once (the next one joins
     as a row ends; default: all of them). `views=True` records everything the explorer draws in each step's
     trace (the attention pattern, the alignment, the Mask Lens and the verifier's eye), one prompt at a time; it
-    costs time, so it is off. Anything wrong raises ESPError with one line."""
+    costs time, so it is off. `trace_mask=True` keeps only each step's attention pattern (the view `esp.show`
+    draws; rows x rows booleans a step, kept for the whole run), in a batch too. Anything wrong raises ESPError
+    with one line."""
     lm = wrap(model, tokenizer)
     spec = _spec(method, settings)
     sampling = Sampling(temperature, top_p, top_k, seed)
     batch, chat = prompt_batch(lm, prompt, chat_template)
     if eos_token_id is not None:
         lm.eos_ids = frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
-    # No per-phase device syncs and no mask in the traces: a caller wants the tokens fast (bc=auto still
-    # times its forwards, and the run's seconds are measured either way).
+    # No per-phase device syncs and, unless asked, no mask in the traces: a caller wants the tokens fast (bc=auto
+    # still times its forwards, and the run's seconds are measured either way).
     if batch is not None:
         if views:
             raise ESPError("views=True records one prompt at a time: decode the prompts one by one.")
         drafters, planner = build_batch(spec, len(batch))
-        dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, planner=planner, batch_size=batch_size)
+        dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, trace_mask=trace_mask, planner=planner,
+                           batch_size=batch_size)
         for ids in batch:
             dec.check_prompt(ids)
         return dec, batch, chat
     ids, chat = prompt_ids(lm, prompt, chat_template)
-    dec = Decoder(lm, build(spec), sampling, max_new_tokens, align=views, trace_mask=views, timings=False, lens=views)
+    dec = Decoder(lm, build(spec), sampling, max_new_tokens, align=views, trace_mask=views or trace_mask,
+                  timings=False, lens=views)
     dec.check_prompt(ids)
     return dec, ids, chat
 

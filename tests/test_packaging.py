@@ -1,5 +1,7 @@
-"""The installable engine (issue 22 item 1): the wheel holds only the `esp` package, declares what the engine
-imports, and makes three console scripts that answer --help and fail on bad input with one line."""
+"""The installable engine (issue 22 item 1): the wheel holds the `esp` package and, for esp.show (issue 41), the
+view layer packed inside it as esp._components (no top-level `components`, nothing of the app); it declares what
+the engine and the views import, plays a trace from an installed copy with no checkout in reach, and makes three
+console scripts that answer --help and fail on bad input with one line."""
 from __future__ import annotations
 
 import ast
@@ -19,14 +21,20 @@ from conftest import ROOT
 from esp import console
 
 ENGINE = ROOT / "esp"
+VIEWS = ROOT / "components"
 SCRIPTS = {"esp-generate": "esp.console:generate", "esp-bench": "esp.console:bench",
            "esp-offline": "esp.console:offline"}
 
 
-def engine_files() -> set[str]:
-    """The package's files as a wheel names them (no bytecode)."""
-    return {p.relative_to(ROOT).as_posix() for p in ENGINE.rglob("*")
+def _files(folder, name: str) -> set[str]:
+    """The files of `folder` as a wheel names them under package folder `name` (no bytecode)."""
+    return {f"{name}/{p.relative_to(folder).as_posix()}" for p in folder.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def engine_files() -> set[str]:
+    """The engine's files and the view layer's, as esp._components."""
+    return _files(ENGINE, "esp") | _files(VIEWS, "esp/_components")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +44,8 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ENGINE, src / "esp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder in (ENGINE, VIEWS):
+        shutil.copytree(folder, src / folder.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     code = "import sys; from setuptools import build_meta as b; print(b.build_wheel(sys.argv[1]))"
     r = subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -49,11 +58,30 @@ def _dist_info(whl: zipfile.ZipFile, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_wheel_holds_only_the_engine_package(wheel):
+def test_the_wheel_holds_the_engine_and_its_views_only(wheel):
     names = set(wheel.namelist())
     ours = {n for n in names if not n.startswith("esp_explorer-0.1.0.dist-info/")}
-    assert ours == engine_files()  # every engine file (package data included), and nothing of the app
-    assert "esp/models/offline/__main__.py" in ours and not any(n.startswith(("explorer/", "components/")) for n in names)
+    # Every engine and view file (package data included), and nothing of the app; a package missing from
+    # pyproject.toml's list shows here as its files.
+    assert ours == engine_files(), (engine_files() - ours, ours - engine_files())
+    assert "esp/models/offline/__main__.py" in ours and "esp/_components/lecture.py" in ours
+    assert not any(n.startswith(("explorer/", "components/", "app.py")) for n in names)
+    assert _dist_info(wheel, "top_level.txt").split() == ["esp"]
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_plays_a_trace_without_the_checkout(wheel, tmp_path):
+    """esp.show from the wheel's files alone (the checkout's components/ out of reach): its own views."""
+    site = tmp_path / "site"
+    wheel.extractall(site)
+    shutil.copy(ROOT / "assets" / "trace_copy.json", tmp_path / "trace.json")
+    code = ("import esp, esp.notebook as nb; assert nb.view_package() == 'esp._components', nb.view_package(); "
+            "assert esp.__file__.startswith(%r); print(esp.show('trace.json', path='lecture.html'))" % str(site))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1", "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    page = (tmp_path / "lecture.html").read_text()
+    assert r.stdout.strip().endswith("lecture.html") and "function espPlayer(" in page and 'id="esp-frames"' in page
 
 
 def _imports(path, top_level_only: bool) -> set[str]:
@@ -92,6 +120,16 @@ def test_the_metadata_declares_what_the_engine_imports(wheel):
     torch = next(r for r in reqs if r.name == "torch")
     assert torch.specifier.contains("2.8.0") and torch.specifier.contains(importlib.metadata.version("torch").split("+")[0])
     assert meta["Requires-Python"] == ">=3.10"
+
+
+@pytest.mark.slow
+def test_the_notebook_extra_declares_what_the_views_import(wheel):
+    meta = Parser().parsestr(_dist_info(wheel, "METADATA"))
+    reqs = [Requirement(r) for r in meta.get_all("Requires-Dist")]
+    core = {r.name.lower().replace("_", "-") for r in reqs if r.marker is None}
+    notebook = {r.name.lower() for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "notebook"})}
+    views = {_dist(m) for f in sorted(VIEWS.rglob("*.py")) for m in _imports(f, top_level_only=False)}
+    assert {"anywidget", "plotly", "networkx", "pydantic"} <= views and views - core <= notebook, views - core - notebook
 
 
 @pytest.mark.slow
