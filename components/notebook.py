@@ -18,6 +18,7 @@ from esp.errors import ESPError
 from esp.trace import StepTrace
 
 from .export import read_trace_json
+from .palette import FOCUS, REJECTED
 from .lecture import (PERIOD_MS, PLAYER_CSS, PLAYER_JS, PLOTLY_VERSION, fill, packed_plotly, player_markup,
                       script_json, step_frames)
 from .stats import run_summary
@@ -153,13 +154,14 @@ function render({ model, el }) {
 export default { render };
 """
 
-WIDGET_CSS = PLAYER_CSS + """
+# The focus outline and a note's warning colour are the page's own (components/palette.py).
+WIDGET_CSS = PLAYER_CSS + fill("""
 .esp-players { display: flex; flex-wrap: wrap; gap: 1em; }
 .esp-players > .esp-player { flex: 1 1 0; min-width: 380px; padding: .4em .8em; border-radius: 6px; }
-.esp-players > .esp-player:focus-visible { outline: 2px solid #56B4E9; }
+.esp-players > .esp-player:focus-visible { outline: 2px solid {{focus}}; }
 .esp-player .esp-head { margin: .2em 0; } .esp-player .esp-prompt { margin: .2em 0; font-size: .9em; }
-.esp-player .esp-note { margin: .2em 0; font-size: .9em; color: #D55E00; }
-"""
+.esp-player .esp-note { margin: .2em 0; font-size: .9em; color: {{warn}}; }
+""", {"focus": FOCUS, "warn": REJECTED})
 
 # The widget's HTML export: its own module and state on a page that opens from disk, with no widget manager
 # (ipywidgets' embed fetches one from a CDN) and no network; the state is read by a stand-in for the model.

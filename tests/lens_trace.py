@@ -95,3 +95,13 @@ def with_lens(steps: Sequence[StepTrace], k: int = 2, layers: int = 8, seed: int
                 source_step=s.step, j=j, token=real, text=texts[real], accepted=len(after.accepted) >= j,
                 prob=probs, rank=ranks))
     return steps
+
+
+def without_lens(steps: Sequence[StepTrace]) -> list[StepTrace]:
+    """Copies of `steps` as a run recorded without the lens keeps them: no eye, no Mask Lens, no target ranks."""
+    steps = [copy.deepcopy(s) for s in steps]
+    for s in steps:
+        s.eye, s.lens, s.lens_real = [], [], []
+        for n in s.nodes:
+            n.target_rank = n.target_p = None
+    return steps

@@ -230,6 +230,7 @@ def run_to_done(page) -> None:
                            timeout=5 * HANG_MS)
 
 
+@pytest.mark.model
 def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     from playwright.sync_api import expect
 

@@ -57,6 +57,7 @@ def test_the_example_is_lossless_on_a_tiny_model(tiny_lm, bigram, arch):
         assert any(len(s.nodes) > 1 for r in alone for s in r.steps)  # it drafted
 
 
+@pytest.mark.model
 def test_the_example_is_lossless_and_accepted_on_the_embedded_model(lm, bigram):
     prompts = ["Repeat this line three times: the quick brown fox jumps over the lazy dog.",
                "Copy exactly: Alice sat by the river and read her book, and the river ran past Alice."]

@@ -12,7 +12,7 @@ from components.export import read_trace_json
 from components.lecture import lecture_html, markdown_html, write_lecture
 from components.step_words import step_words
 
-from lens_trace import with_lens
+from lens_trace import with_lens, without_lens
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "assets" / "trace_copy.json"  # 5 steps: a short play-through
@@ -45,8 +45,10 @@ def test_builds_every_step_with_no_external_reference(run):
     for f, s in zip(frames, steps):
         assert f["tree"]["layout"]["title"]["text"].startswith(f"Draft tree · step {s.step}")
         assert f["mask"]["layout"]["title"]["text"].startswith(f"Attention pattern · step {s.step}")
-        assert f["eye"] is None and f["lens"] is None  # recorded without the lens: the page says so instead
+        assert f["eye"] is not None and f["lens"] is not None  # the shipped traces record both
         assert f["words"] == markdown_html(step_words(s, meta))
+    assert all(f["eye"] is None and f["lens"] is None  # recorded without the lens: the page says so instead
+               for f in _frames(lecture_html(without_lens(steps), meta)))
     assert re.search(r"<script[^>]*\bsrc=", page) is None and "<link" not in page  # nothing to fetch
     assert "Plotly" in page and f'max="{len(steps) - 1}"' in page
 
@@ -116,7 +118,7 @@ def test_the_lens_of_a_step_shows_from_disk(lens_run, tmp_path):
     meta, steps = lens_run
     path = write_lecture(steps, meta, tmp_path / "lecture.html")
     plain_meta, plain_steps = read_trace_json(TRACE)
-    plain = write_lecture(plain_steps, plain_meta, tmp_path / "plain.html")
+    plain = write_lecture(without_lens(plain_steps), plain_meta, tmp_path / "plain.html")
     step = next(s for s in steps[1:] if s.lens)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)

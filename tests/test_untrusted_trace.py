@@ -222,7 +222,7 @@ def test_too_many_mask_cells_are_refused(shown, tmp_path):
     rows = MAX_ROWS
     wide = {**step, "row_labels": ["node"] * rows, "row_kinds": ["node"] * rows, "positions": [1] * rows,
             "mask": [[True] * (rows + 1)] * rows, "accepted_rows": [0], "nodes": step["nodes"][:1], "accepted": [],
-            "cost": None, "alignment": [], "shape": []}
+            "cost": None, "alignment": [], "shape": [], "eye": step["eye"][:1], "lens": [], "lens_real": []}
     data["steps"] = data["steps"][:1] + [{**wide, "step": i} for i in range(1, MAX_CELLS // (rows * (rows + 1)) + 2)]
     data["meta"]["max_new_tokens"] = 512
     for s in data["steps"][1:]:
