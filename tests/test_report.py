@@ -114,3 +114,19 @@ def test_the_verdict_command_s_file_makes_a_table(tmp_path):
     assert "### t · C, 2 cores, none of avx2, avx512f, avx512_bf16, amx_bf16 · 2026-12-03 00:00:00 UTC" in page
     assert "| bfloat16 | `pld` | 3 / 0 / 0 | 0.0 | 1 / 2 / 0 | 2.0 |" in page and "batches of 4" in page
     assert "| bfloat16 | `ar vs generate()` | 2 / 1 / 0 | 1.0 |  |  |" in page
+
+
+def test_the_lens_table_reads_each_model_at_its_own_eighths_of_depth(tmp_path):
+    """Two models of 8 and 16 layers: each row takes the layer at that fraction of its own depth; both commands."""
+    def lens_file(layers: int, model: str) -> dict:
+        kinds = {k: {"n": n, "median_rank": [100 * i + base for i in range(layers + 1)],
+                     "top5_rate": [i / layers for i in range(layers + 1)]} for k, n, base in (("accepted", 3, 1), ("rejected", 5, 2))}
+        made = {"machine": {"cpu": "C", "flags": [], "cores": 2}, "date": "2026-12-03T00:00:00Z",
+                "command": f"python -m esp.bench --lens --model {model}"}
+        return {"meta": {"model": f"{model} (offline GGUF)", "provenance": made}, "results": {"esp": {"lens": kinds}}}
+
+    page = results(tmp_path, {"a.json": lens_file(8, "small"), "b.json": lens_file(16, "big")}, {"kind": "lens"})
+    assert "| depth | small (8 layers) | big (16 layers) |" in page and "| masks, accepted / rejected | 3 / 5 | 3 / 5 |" in page
+    assert "| 4/8 | 401 / 402 (50% / 50%) | 801 / 802 (50% / 50%) |" in page  # layer 4 of 8, layer 8 of 16
+    assert "| 8/8 (output) | 801 / 802 (100% / 100%) | 1601 / 1602 (100% / 100%) |" in page
+    assert "--lens --model small\npython -m esp.bench --lens --model big" in page

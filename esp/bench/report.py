@@ -66,7 +66,8 @@ def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str]:
         machines = {json.dumps(m["machine"], sort_keys=True) for m in made}
         if len(machines) > 1:
             raise ValueError(f"{entry['title']}: its files ran on different machines; one machine per table.")
-        machine, date, command = made[0]["machine"], made[0]["date"].replace("T", " ").replace("Z", " UTC"), made[0]["command"]
+        machine, date = made[0]["machine"], made[0]["date"].replace("T", " ").replace("Z", " UTC")
+        command = "\n".join(dict.fromkeys(m["command"] for m in made))  # each file's, once
     else:
         machine, date, command = manifest["machines"][entry["machine"]], entry["date"], entry["command"]
     return f"### {entry['title']} · {describe(machine)} · {date}", command
@@ -149,13 +150,32 @@ def ablation_table(entry: dict, data: list[dict]) -> str:
     return t.markdown(["model"] + [t.LABELS[s] for s in t.SUBSETS] + ["ESP adds (tau, bc=60)"], rows)
 
 
+def lens_table(entry: dict, data: list[dict]) -> str:
+    """The bench's --lens over several models (one file each): per eighth of each model's depth, the real token's
+    median rank in the mask's raw logit lens and its top-5 rate, accepted against rejected masks."""
+    pooled = [next(r["lens"] for r in d["results"].values() if r.get("lens")) for d in data]
+    head = "| depth | " + " | ".join(f"{d['meta']['model'].split(' (')[0]} ({len(p['accepted']['median_rank']) - 1} layers)"
+                                      for d, p in zip(data, pooled)) + " |"
+    rows = [head, "|---" * (len(data) + 1) + "|",
+            "| masks, accepted / rejected | " + " | ".join(f"{p['accepted']['n']} / {p['rejected']['n']}" for p in pooled) + " |"]
+    for eighth in range(9):
+        cells = []
+        for p in pooled:
+            a, j = p["accepted"], p["rejected"]
+            i = round(eighth * (len(a["median_rank"]) - 1) / 8)
+            cells.append(f"{a['median_rank'][i]:g} / {j['median_rank'][i]:g} ({a['top5_rate'][i]:.0%} / {j['top5_rate'][i]:.0%})")
+        name = {0: "0 (embeddings)", 8: "8/8 (output)"}.get(eighth, f"{eighth}/8")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def figure_block(entry: dict, data: list[dict]) -> str:
     """Overall tau per method and model as text bars (a fenced block: the same on GitHub, in a terminal, in a diff)."""
     return "```\n" + t.figure({t.run_label(d): d["results"] for d in data}, entry["methods"], overall=True) + "\n```"
 
 
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
-         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block}
+         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table}
 
 
 def files_of(entry: dict) -> list[str]:
