@@ -53,7 +53,8 @@ def _tree_tokens(tree: dict) -> tuple[str, list[str]]:
 
 
 def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
-    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note, words, focus, note = streamed[-1]
+    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note, words, focus, note, eye, *lens = streamed[-1]
+    assert len(lens) == 3  # the Mask Lens grid, the commitment strip and the mean rank per layer
     assert len(streamed) >= 2  # at least the first step, then the final one
     assert all(o[0].startswith("**Decoding** · step") for o in streamed[:-1])
     assert status.startswith("**Done**")
@@ -65,6 +66,7 @@ def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
     assert steps[-1] == last  # the last step always reaches the page
     assert "τ" in stats and _figure(mask)["data"][0]["type"] == "heatmap"
     assert _figure(align)["data"], "k=2 runs record alignment after a few steps"
+    assert _figure(eye)["data"] and _figure(lens[2])["data"], "a run on the page records the verifier's eye and the lens"
     assert len(_figure(timing)["data"]) == 6 and _figure(hist)["data"][0]["type"] == "bar"
     assert "break-even" in json.dumps(_figure(cost)) and "one-token forward" in cost_note
     assert cost_note.startswith("On this CPU") and "on this CPU" in _figure(cost)["layout"]["title"]["text"]

@@ -147,7 +147,7 @@ def private_event(url: str, name: str, data: list) -> list:
     ("play", [None, 1e9, None, 0], 3, "steps / s must be at most 10"),
     ("tick", [None, -3], 0, "step must be at least 0, not -3."),
     ("move", [None, "x"], 0, "step must be a number, not 'x'."),  # ◀ prev
-    ("clicked", [None, 0, {"a": 1}], 0, "The node click must be text"),
+    ("clicked", [None, 0, {"a": 1}], 0, "The click must be text"),
     ("show_step_2", [None, 0, "<b>1</b>"], 0, "focus node must be a number, not '<b>1</b>'."),
     ("open_shipped", ["../app", None], 0, "No recorded trace called '../app'."),
     ("check_settings", [2, 1000, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 4, "efficient", "esp", "float32"], 0,
