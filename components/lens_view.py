@@ -25,6 +25,9 @@ NO_LENS = ("No Mask Lens in this trace: it is recorded with the lens on (runs ma
 CELL_CHARS = 7  # a grid cell's token text, cut with …
 WRAP = 16  # tokens per line of the commitment strip
 STRIP_TOKENS = 192  # the strip shows the newest tokens only, so its payload stays bounded
+# Below this height a one-line strip leaves its colour bar no room once the page adds its margins (Plotly then
+# throws "axis scaling" in the browser and draws nothing).
+COMMIT_MIN_HEIGHT = 240
 TOP = 5  # the rank chart's top-k rate
 
 
@@ -199,7 +202,7 @@ def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, he
     data = cells(z, text, hover, custom, scale)
     note = (f"{len(found)} accepted ESP drafts; darker = its mask's top-1 from an earlier layer; L = that layer, "
             f"– = never its mask's top-1 (drafted as a lower choice).<br>{RAW}.")
-    layout = base_layout(title, height or 120 + 34 * len(z), annotations=[
+    layout = base_layout(title, height or max(COMMIT_MIN_HEIGHT, 120 + 34 * len(z)), annotations=[
         {"text": note, "x": 0, "xref": "paper", "y": 0, "yref": "paper", "yshift": -6, "xanchor": "left",
          "yanchor": "top", "align": "left", "showarrow": False, "font": {"size": 9, "color": INK}}],
         xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"})

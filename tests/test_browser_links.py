@@ -268,3 +268,17 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     other.locator("#next").click()
     expect_step(other, last)
     assert text_shown(other) == whole  # the same tokens, to the last
+
+
+def test_every_view_draws_with_no_script_error_as_the_steps_go(fresh, url):
+    """Each figure of the Run tab, at steps with and without lens data, is drawn by Plotly (a figure Plotly
+    rejects, such as a strip too short for its colour bar, leaves its box empty and throws on the page)."""
+    page = fresh("?trace=trace_masks")
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for step in (0, 3, 13):
+        page.goto(f"{url}?trace=trace_masks&step={step}")
+        expect_step(page, step)
+        for view in ("tree-plot", "mask-plot", "eye-plot", "align-plot", "lens-plot", "lens-rank-plot", "commit-plot"):
+            page.wait_for_selector(f"#{view} .gtitle", state="attached", timeout=HANG_MS)
+    assert errors == []
