@@ -189,6 +189,7 @@ def run_ends(monkeypatch, lm):
     return make
 
 
+@pytest.mark.model
 def test_a_run_made_on_the_page_links_its_recipe_and_a_stopped_one_its_tokens(run_ends):
     run_ends("stopped")
     session = Session()
@@ -204,6 +205,7 @@ def test_a_run_made_on_the_page_links_its_recipe_and_a_stopped_one_its_tokens(ru
     assert link == query and state is None and all(v == calls.gr.skip() for v in shown)
 
 
+@pytest.mark.model
 def test_after_the_links_own_run_the_page_shows_the_links_step(run_ends):
     run_ends("done")
     session = Session()
