@@ -284,3 +284,68 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     other.locator("#next").click()
     expect_step(other, last)
     assert text_shown(other) == whole  # the same tokens, to the last
+
+
+def point_at(page, plot: str, find: str) -> dict:
+    """Viewport coordinates of the first point of figure `plot` whose customdata `find` (a JS predicate on one
+    point's customdata) accepts: a scatter's points, or a heatmap's cells (customdata by row, then column)."""
+    page.locator(plot).scroll_into_view_if_needed()
+    at = page.evaluate("""([sel, find]) => {
+        const p = document.querySelector(sel + ' .js-plotly-plot'), box = p.getBoundingClientRect();
+        const pick = eval(find);
+        for (const t of p._fullData) {
+            const xa = p._fullLayout[t.xaxis.replace('x', 'xaxis')], ya = p._fullLayout[t.yaxis.replace('y', 'yaxis')];
+            const where = (x, y) => ({x: box.left + xa._offset + xa.l2p(x), y: box.top + ya._offset + ya.l2p(y)});
+            const cd = t.customdata || [];
+            if (t.type === 'heatmap') {
+                for (let r = 0; r < cd.length; r++) for (let c = 0; c < cd[r].length; c++)
+                    if (pick(cd[r][c])) return where(c, t.y[r]);
+            } else {
+                for (let i = 0; i < cd.length; i++) if (pick(cd[i])) return where(t.x[i], t.y[i]);
+            }
+        }
+        return null; }""", [plot, find])
+    assert at, (plot, find)
+    return at
+
+
+def test_hovering_a_tree_node_shows_the_verifiers_bars_with_the_drafts_rank(fresh):
+    from playwright.sync_api import expect
+
+    from explorer.calls import OPENING
+
+    opened = opening()
+    hover = "#tree-plot .hoverlayer"
+    # A node on the accepted path (rank 1), and a draft that lost (the tour's eye stop: ' sunlight', rank 3).
+    for step_no, pick in ((7, lambda n: n["status"] == "accepted" and n["depth"] == 1),
+                          (6, lambda n: n["status"] == "rejected" and n["target_rank"] == 3)):
+        node = next(n for n in opened["steps"][step_no]["nodes"] if pick(n))
+        page = fresh(f"?trace={OPENING}&step={step_no}")
+        expect_step(page, step_no)
+        at = point_at(page, "#tree-plot", f"(d) => Array.isArray(d) && d[4] === {node['index']}")
+        page.mouse.move(at["x"], at["y"])
+        expect(page.locator(hover)).to_contain_text(f"verifier: this draft is rank {node['target_rank']}",
+                                                    timeout=HANG_MS)
+        expect(page.locator(hover)).to_contain_text("◀ this draft")  # its bar among the model's top choices
+        assert re.search("[█▏▎▍▌▋▊▉]", page.locator(hover).inner_text())
+
+
+def test_a_click_on_a_lens_cell_focuses_its_node_in_every_view(fresh):
+    from playwright.sync_api import expect
+
+    from components.common import as_step, walk_end
+
+    opened = opening()
+    step = as_step(opened["steps"][1])
+    end = walk_end(step).index  # the node whose masks the grid reads
+    page = fresh("?trace=trace_qwen15&step=1")
+    expect_step(page, 1)
+    shapes = "() => (document.querySelector('#mask-plot .js-plotly-plot')?.layout.shapes || []).length"
+    before = page.evaluate(shapes)
+    at = point_at(page, "#lens-plot", "(d) => Array.isArray(d) && d[2] === 1 && d[3] === 27")  # mask 1, layer 27
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.click(at["x"], at["y"])
+    expect(page.locator("#focus-note")).to_contain_text(f"Node {end} ", timeout=HANG_MS)
+    expect(page.locator("#focus input")).to_have_value(re.compile(rf"^{end} · "))
+    page.wait_for_function(f"() => ({shapes})() > {before}", timeout=HANG_MS)  # the attention rows outlined
+    expect_step(page, 1)  # the same step
