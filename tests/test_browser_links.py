@@ -100,6 +100,9 @@ def test_the_page_opens_on_an_esp_run_with_its_alignment_and_prompt_and_no_model
     curves = page.evaluate("() => (document.querySelector('#align-plot .js-plotly-plot')?.data || [])"
                            ".filter((t) => (t.y || []).some((y) => y !== null)).length")
     assert curves >= 2, "the alignment is empty"
+    grid = page.evaluate("() => (document.querySelector('#lens-plot .js-plotly-plot')?.data || [])"
+                         ".filter((t) => t.type === 'heatmap' && (t.z || []).length > 0).length")
+    assert grid == 1, "the Mask Lens grid is empty"
     assert f"trace={OPENING}" in page.evaluate("location.search")
     assert not loads, "a model was loaded"
 
