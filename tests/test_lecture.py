@@ -44,7 +44,9 @@ def test_builds_every_step_with_no_external_reference(run):
     for f, s in zip(frames, steps):
         assert f["tree"]["layout"]["title"]["text"].startswith(f"Draft tree · step {s.step}")
         assert f["mask"]["layout"]["title"]["text"].startswith(f"Attention pattern · step {s.step}")
-        assert f["eye"] is None and f["lens"] is None  # recorded without the lens: the page says so instead
+        # trace_copy records the lens (scripts/record_traces.py): every step carries both figures
+        assert f["eye"]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
+        assert f["lens"]["layout"]["title"]["text"].startswith(f"Mask Lens · step {s.step}")
         assert f["words"] == markdown_html(step_words(s, meta))
     assert re.search(r"<script[^>]*\bsrc=", page) is None and "<link" not in page  # nothing to fetch
     assert "Plotly" in page and f'max="{len(steps) - 1}"' in page
