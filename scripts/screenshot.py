@@ -1,7 +1,7 @@
-"""Refresh docs/screenshot.png (the README's picture): the page as it opens, with no model call, on its first
-run (explorer.calls.OPENING: ESP alone on Qwen2.5-Coder-1.5B, recorded with the Mask Lens), from the top of
-the page down to the Mask Lens, so the picture shows the tree, the attention pattern, the verifier's eye, the
-alignment and the lens grid filled.
+"""Refresh docs/screenshot.png (the README's picture): the page with no model call on its first run
+(explorer.calls.OPENING: ESP alone on Qwen2.5-Coder-1.5B, recorded with the Mask Lens) at step STEP, from the
+top of the page down to the Mask Lens, so the picture shows the tree, the attention pattern, the verifier's eye,
+the alignment and the lens grid filled.
 
     make screenshot        # or: python scripts/screenshot.py [OUT.png]
 
@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 WIDTH = 1280
+# A step whose masks' tokens have come (the last step's have not, so its grid is unshaded), mid-run so the run-so-far
+# charts hold most masks: mask 1 turns to ' atmosphere', the token that came, from layer 26 on.
+STEP = 16
 DRAWN = ("#tree-plot", "#mask-plot", "#eye-plot", "#align-plot", "#lens-plot", "#lens-rank-plot")
 
 
@@ -29,7 +32,7 @@ def main(out: Path) -> None:
     with serve() as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
-        page.goto(url)
+        page.goto(f"{url.rstrip('/')}/?trace={OPENING}&step={STEP}")
         expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json", timeout=120_000)
         for view in DRAWN:  # each figure drawn with data, not a note
             page.wait_for_function(f"() => (document.querySelector('{view} .js-plotly-plot')?.data || []).length > 0",
@@ -39,7 +42,7 @@ def main(out: Path) -> None:
         bottom = page.evaluate("window.scrollY") + lens["y"] + lens["height"]
         page.screenshot(path=str(out), full_page=True, clip={"x": 0, "y": 0, "width": WIDTH, "height": bottom})
         browser.close()
-    print(f"{out}: {out.stat().st_size // 1024} KB ({OPENING})")
+    print(f"{out}: {out.stat().st_size // 1024} KB ({OPENING}, step {STEP})")
 
 
 if __name__ == "__main__":
