@@ -19,7 +19,7 @@ WIDTH = 1280
 # A step whose masks' tokens have come (the last step's have not, so its grid is unshaded), mid-run so the run-so-far
 # charts hold most masks: mask 1 turns to ' atmosphere', the token that came, from layer 26 on.
 STEP = 16
-DRAWN = ("#tree-plot", "#mask-plot", "#eye-plot", "#align-plot", "#lens-plot", "#lens-rank-plot")
+DRAWN = ("#tree-plot", "#mask-plot", "#eye-plot", "#align-plot", "#lens-plot", "#lens-rank-plot", "#commit-plot")
 
 
 def main(out: Path) -> None:
