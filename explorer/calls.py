@@ -44,16 +44,17 @@ from explorer.worker import decode_once, rerun_step, run_steps
 log = logging.getLogger("esp.app")
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
-# Recorded runs shipped with the app (scripts/record_traces.py): the first is shown when the page opens.
-TRACES = {"Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
+# Recorded runs shipped with the app (scripts/record_traces.py), in the order of the page's list: first the
+# run the page opens on, then the hybrid's copying, the embedded model's masks and the 0.5B model's.
+TRACES = {"Qwen2.5-Coder-1.5B: ESP on an everyday question (why the sky is blue)": ASSETS / "trace_qwen15.json",
+          "Copying from the prompt (fix a typo)": ASSETS / "trace_copy.json",
           "ESP masks (k=2, BC=30, counting)": ASSETS / "trace_masks.json",
-          "Qwen2.5-Coder-0.5B: ESP out-drafts the baselines (counting)": ASSETS / "trace_qwen05.json",
-          "Qwen2.5-Coder-1.5B: ESP on an everyday question (why the sky is blue)": ASSETS / "trace_qwen15.json"}
+          "Qwen2.5-Coder-0.5B: ESP out-drafts the baselines (counting)": ASSETS / "trace_qwen05.json"}
 # The same traces by file stem: their names in a link (?trace=trace_masks) and in the tour.
 SHIPPED = {path.stem: path for path in TRACES.values()}
-# What the page opens on (no model call): an ESP run with its alignment filled. The tour starts on it too
-# (tests/test_tour.py). Qwen2.5-Coder-1.5B's ESP trace (trace_qwen15, with the lens) replaces it once recorded.
-OPENING = "trace_masks"
+# What the page opens on (no model call): ESP alone on a model where it wins (Qwen2.5-Coder-1.5B, tau 1.6),
+# recorded with the Mask Lens, the verifier's eye and the alignment. The tour starts on it (tests/test_tour.py).
+OPENING = "trace_qwen15"
 # While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not
 # sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering clicks).
 # The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.

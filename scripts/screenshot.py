@@ -1,9 +1,11 @@
-"""Refresh docs/screenshot.png (the README's picture): the hybrid (or PLD, before the hybrid exists) on a
-prompt that copies from its input, so the tree shows its draft sources and the cost view is filled.
+"""Refresh docs/screenshot.png (the README's picture): the page with no model call on its first run
+(explorer.calls.OPENING: ESP alone on Qwen2.5-Coder-1.5B, recorded with the Mask Lens) at step STEP, from the
+top of the page down to the Mask Lens, so the picture shows the tree, the attention pattern, the verifier's eye,
+the alignment and the lens grid filled.
 
     make screenshot        # or: python scripts/screenshot.py [OUT.png]
 
-Needs Debian's chromium (/usr/bin/chromium) and the embedded model; the tests never write docs/.
+Needs Debian's chromium (/usr/bin/chromium); no model is loaded; the tests never write docs/.
 """
 from __future__ import annotations
 
@@ -13,33 +15,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from esp import methods  # noqa: E402
-
-PROMPT = ("Fix the typo in this sentence and write it again: The cat sat on teh mat and looked at the birds "
-          "in the garden.")
+WIDTH = 1280
+# A step whose masks' tokens have come (the last step's have not, so its grid is unshaded), mid-run so the run-so-far
+# charts hold most masks: mask 1 turns to ' atmosphere', the token that came, from layer 26 on.
+STEP = 16
+DRAWN = ("#tree-plot", "#mask-plot", "#eye-plot", "#align-plot", "#lens-plot", "#lens-rank-plot", "#commit-plot")
 
 
 def main(out: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     from app_server import serve
-    from test_browser import ARGS, CHROMIUM, choose, settings
+    from explorer.calls import OPENING
+    from test_browser import ARGS, CHROMIUM
 
-    method = "hybrid" if "hybrid" in methods.available() else "pld"
     with serve() as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(url)
-        page.locator("#prompt textarea").fill(PROMPT)
-        settings(page, 1, 30, 40)  # before the method: knobs it does not take are disabled
-        choose(page, "method", method)
-        page.locator("#run").click()
-        expect(page.locator("#status")).to_contain_text("Done", timeout=300_000)
-        expect(page.locator("#cost-plot .gtitle")).to_contain_text("cost", timeout=30_000)
-        page.wait_for_timeout(2_000)  # let the last update's figures finish drawing (no pending overlay)
-        page.screenshot(path=str(out), full_page=True)
+        page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+        page.goto(f"{url.rstrip('/')}/?trace={OPENING}&step={STEP}")
+        expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json", timeout=120_000)
+        for view in DRAWN:  # each figure drawn with data, not a note
+            page.wait_for_function(f"() => (document.querySelector('{view} .js-plotly-plot')?.data || []).length > 0",
+                                   timeout=60_000)
+        page.wait_for_timeout(2_000)  # let the figures finish drawing (no pending overlay)
+        lens = page.locator("#mask-lens").bounding_box()
+        bottom = page.evaluate("window.scrollY") + lens["y"] + lens["height"]
+        page.screenshot(path=str(out), full_page=True, clip={"x": 0, "y": 0, "width": WIDTH, "height": bottom})
         browser.close()
-    print(f"{out}: {out.stat().st_size // 1024} KB ({method})")
+    print(f"{out}: {out.stat().st_size // 1024} KB ({OPENING}, step {STEP})")
 
 
 if __name__ == "__main__":

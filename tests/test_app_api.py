@@ -274,7 +274,7 @@ def test_open_trace_and_a_malformed_file(client, tmp_path):
 
     path = app.TRACES[next(iter(app.TRACES))]
     out = client.predict(handle_file(str(path)), api_name="/open_trace")
-    assert out[0].startswith("**Done**") and "recorded: trace_copy.json" in out[0]
+    assert out[0].startswith("**Done**") and f"recorded: {path.name}" in out[0]
     assert _figure(out[3])["data"] and _figure(out[4])["data"][0]["type"] == "heatmap"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -66,6 +66,13 @@ def expect_step(page, n: int) -> None:
     expect(page.locator("#scrub input[type=range]")).to_have_value(str(n), timeout=HANG_MS)
 
 
+def opening() -> dict:
+    """The run the page opens on (explorer.calls.OPENING), as shipped."""
+    from explorer.calls import OPENING
+
+    return json.loads((ROOT / "assets" / f"{OPENING}.json").read_text())
+
+
 def text_shown(page) -> str:
     """The generated text as the text view shows it (its tokens, in order)."""
     return page.locator("#text-view .textfield").inner_text()
@@ -84,14 +91,18 @@ def test_the_page_opens_on_an_esp_run_with_its_alignment_and_prompt_and_no_model
     from explorer.calls import OPENING
 
     page = fresh()
-    last = len(MASKS["steps"]) - 1
+    opened = opening()
+    last = len(opened["steps"]) - 1
     expect_step(page, last)
     expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json")
     expect(page.locator("#method input")).to_have_value("esp")
-    expect(page.locator("#prompt textarea")).to_have_value(MASKS["meta"]["prompt"])  # the prompt box too
+    expect(page.locator("#prompt textarea")).to_have_value(opened["meta"]["prompt"])  # the prompt box too
     curves = page.evaluate("() => (document.querySelector('#align-plot .js-plotly-plot')?.data || [])"
                            ".filter((t) => (t.y || []).some((y) => y !== null)).length")
     assert curves >= 2, "the alignment is empty"
+    grid = page.evaluate("() => (document.querySelector('#lens-plot .js-plotly-plot')?.data || [])"
+                         ".filter((t) => t.type === 'heatmap' && (t.z || []).length > 0).length")
+    assert grid == 1, "the Mask Lens grid is empty"
     assert f"trace={OPENING}" in page.evaluate("location.search")
     assert not loads, "a model was loaded"
 
@@ -186,7 +197,7 @@ def test_a_crafted_link_is_refused_in_one_line_with_no_markup(fresh, query, says
     assert f"recorded: {OPENING}.json" in line  # the page opened as if the link named no run
     assert page.locator("#status img, #status script, #status a, #status b").count() == 0
     assert page.evaluate("window.pwned") is None and "Traceback" not in page.content()
-    expect(page.locator("#prompt textarea")).to_have_value(MASKS["meta"]["prompt"])  # nothing of the link kept
+    expect(page.locator("#prompt textarea")).to_have_value(opening()["meta"]["prompt"])  # nothing of the link kept
     page.wait_for_function(f"() => location.search.includes('trace={OPENING}')", timeout=HANG_MS)
     assert "prompt=" not in page.evaluate("location.search")
 
@@ -230,11 +241,18 @@ def run_to_done(page) -> None:
                            timeout=5 * HANG_MS)
 
 
+def choose(page, elem_id: str, value: str) -> None:
+    """Pick `value` in a dropdown."""
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=value, exact=True).click()
+
+
 @pytest.mark.model
 def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     from playwright.sync_api import expect
 
     page = fresh()
+    choose(page, "model", "embedded")  # the opened run filled in its own model, too big to run here
     page.locator("#prompt textarea").fill("Count from 1 to 9, separated by commas.")
     set_number(page, "k", 1)
     set_number(page, "bc", 12)
@@ -258,6 +276,7 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     expect(other.locator(STATUS)).to_contain_text("press Run to reproduce this run", timeout=HANG_MS)
     expect(other.locator("#prompt textarea")).to_have_value("Count from 1 to 9, separated by commas.")
     expect(other.locator("#method input")).to_have_value("esp")
+    expect(other.locator("#model input")).to_have_value("embedded")
     expect(other.locator("#k input[type=number]")).to_have_value("1")
     expect(other.locator("#bc input[type=number]")).to_have_value("12")
     other.get_by_text("Decoding", exact=True).click()
@@ -282,3 +301,68 @@ def test_every_view_draws_with_no_script_error_as_the_steps_go(fresh, url):
         for view in ("tree-plot", "mask-plot", "eye-plot", "align-plot", "lens-plot", "lens-rank-plot", "commit-plot"):
             page.wait_for_selector(f"#{view} .gtitle", state="attached", timeout=HANG_MS)
     assert errors == []
+
+
+def point_at(page, plot: str, find: str) -> dict:
+    """Viewport coordinates of the first point of figure `plot` whose customdata `find` (a JS predicate on one
+    point's customdata) accepts: a scatter's points, or a heatmap's cells (customdata by row, then column)."""
+    page.locator(plot).scroll_into_view_if_needed()
+    at = page.evaluate("""([sel, find]) => {
+        const p = document.querySelector(sel + ' .js-plotly-plot'), box = p.getBoundingClientRect();
+        const pick = eval(find);
+        for (const t of p._fullData) {
+            const xa = p._fullLayout[t.xaxis.replace('x', 'xaxis')], ya = p._fullLayout[t.yaxis.replace('y', 'yaxis')];
+            const where = (x, y) => ({x: box.left + xa._offset + xa.l2p(x), y: box.top + ya._offset + ya.l2p(y)});
+            const cd = t.customdata || [];
+            if (t.type === 'heatmap') {
+                for (let r = 0; r < cd.length; r++) for (let c = 0; c < cd[r].length; c++)
+                    if (pick(cd[r][c])) return where(c, t.y[r]);
+            } else {
+                for (let i = 0; i < cd.length; i++) if (pick(cd[i])) return where(t.x[i], t.y[i]);
+            }
+        }
+        return null; }""", [plot, find])
+    assert at, (plot, find)
+    return at
+
+
+def test_hovering_a_tree_node_shows_the_verifiers_bars_with_the_drafts_rank(fresh):
+    from playwright.sync_api import expect
+
+    from explorer.calls import OPENING
+
+    opened = opening()
+    hover = "#tree-plot .hoverlayer"
+    # A node on the accepted path (rank 1), and a draft that lost (the tour's eye stop: ' sunlight', rank 3).
+    for step_no, pick in ((7, lambda n: n["status"] == "accepted" and n["depth"] == 1),
+                          (6, lambda n: n["status"] == "rejected" and n["target_rank"] == 3)):
+        node = next(n for n in opened["steps"][step_no]["nodes"] if pick(n))
+        page = fresh(f"?trace={OPENING}&step={step_no}")
+        expect_step(page, step_no)
+        at = point_at(page, "#tree-plot", f"(d) => Array.isArray(d) && d[4] === {node['index']}")
+        page.mouse.move(at["x"], at["y"])
+        expect(page.locator(hover)).to_contain_text(f"verifier: this draft is rank {node['target_rank']}",
+                                                    timeout=HANG_MS)
+        expect(page.locator(hover)).to_contain_text("◀ this draft")  # its bar among the model's top choices
+        assert re.search("[█▏▎▍▌▋▊▉]", page.locator(hover).text_content())  # an SVG group: no inner_text
+
+
+def test_a_click_on_a_lens_cell_focuses_its_node_in_every_view(fresh):
+    from playwright.sync_api import expect
+
+    from components.common import as_step, walk_end
+
+    opened = opening()
+    step = as_step(opened["steps"][1])
+    end = walk_end(step).index  # the node whose masks the grid reads
+    page = fresh("?trace=trace_qwen15&step=1")
+    expect_step(page, 1)
+    shapes = "() => (document.querySelector('#mask-plot .js-plotly-plot')?.layout.shapes || []).length"
+    before = page.evaluate(shapes)
+    at = point_at(page, "#lens-plot", "(d) => Array.isArray(d) && d[2] === 1 && d[3] === 27")  # mask 1, layer 27
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.click(at["x"], at["y"])
+    expect(page.locator("#focus-note")).to_contain_text(f"Node {end} ", timeout=HANG_MS)
+    expect(page.locator("#focus input")).to_have_value(re.compile(rf"^{end} · "))
+    page.wait_for_function(f"() => ({shapes})() > {before}", timeout=HANG_MS)  # the attention rows outlined
+    expect_step(page, 1)  # the same step

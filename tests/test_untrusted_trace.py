@@ -227,6 +227,7 @@ def test_too_many_mask_cells_are_refused(shown, tmp_path):
     data["meta"]["max_new_tokens"] = 512
     for s in data["steps"][1:]:
         s["emitted"], s["emitted_text"] = s["emitted"][:1], s["emitted_text"][:1]
+        s["eye"], s["top2"] = s.get("eye", [])[:1], s.get("top2", [])[:1]  # one row per emitted token
     path = _write(tmp_path, json.dumps(data, separators=(",", ":")))
     assert Path(path).stat().st_size <= MAX_TRACE_BYTES
     before = (shown.steps, copy.deepcopy(shown.meta))

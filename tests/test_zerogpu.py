@@ -114,7 +114,7 @@ def test_open_trace_after_the_worker_is_killed_mid_run(emulated, every_step):
                 child.kill()
     assert re.match(r"\*\*Stopped after \d+ steps: the GPU worker ended \(GPU task aborted\)\*\*", out[0]), out[0]
     assert not session.running and session.steps
-    status, *_ = calls.open_shipped(next(iter(calls.TRACES)), session)
+    status, *_ = calls.open_shipped("trace_copy", session)
     assert status.startswith("**Done**") and "recorded: trace_copy.json" in status
     assert _run(session, max_new_tokens=4)[-1][0].startswith("**Done**")  # and a new run works
 
