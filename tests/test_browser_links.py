@@ -366,3 +366,23 @@ def test_a_click_on_a_lens_cell_focuses_its_node_in_every_view(fresh):
     expect(page.locator("#focus input")).to_have_value(re.compile(rf"^{end} · "))
     page.wait_for_function(f"() => ({shapes})() > {before}", timeout=HANG_MS)  # the attention rows outlined
     expect_step(page, 1)  # the same step
+
+
+def test_a_click_on_the_commitment_strip_goes_to_the_step_that_emitted_the_token(fresh):
+    from playwright.sync_api import expect
+
+    from components.common import as_steps
+    from components.lens_view import commitments
+
+    opened = opening()
+    steps = as_steps(opened["steps"])
+    last = len(steps) - 1
+    k = min(commitments(steps, last))  # the first token accepted from an ESP mask with its lens resolved
+    emitted_by = [s.step for s in steps for _ in s.emitted][k]
+    page = fresh(f"?trace=trace_qwen15&step={last}")
+    expect_step(page, last)
+    at = point_at(page, "#commit-plot", f"(d) => Array.isArray(d) && d[1] === {k}")
+    page.mouse.move(at["x"], at["y"])
+    page.mouse.click(at["x"], at["y"])
+    expect_step(page, emitted_by)
+    expect(page.locator("#focus-note")).to_contain_text(f"is an accepted draft of step {emitted_by}", timeout=HANG_MS)
