@@ -64,7 +64,10 @@ class BatchWidth(BatchPadding):
     where drafting does not pay at this batch size the run falls back to one row per sequence, at a bounded
     cost of finding out. Offers cost host time (every row grows its candidates), so after a step whose best
     width was one row the next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing
-    pays asks O(log n) times. The curve is the batch's own, a copy of its first row's prior learned from every
+    pays asks O(log n) times. The back-off's per-call loss cap (`Backoff.affordable`, bound in its docstring)
+    admits a width only while the batch's net loss against its plain steps, per row, stays within eps per step
+    plus L0: with B rows, t1 is the batch's plain step and w(Q) = t(B Q) / t(B) - 1, so the bound is the one-row
+    bound at every B. The curve is the batch's own, a copy of its first row's prior learned from every
     forward of the batch, since rows come and go (`BatchDecoder`'s batch_size)."""
 
     REST_MAX = 16
@@ -75,6 +78,7 @@ class BatchWidth(BatchPadding):
         self.backoff = Backoff()
         self.batch = 0  # rows decoding now: a plain step's time depends on it
         self.rest = self.left = 0  # plain steps to wait after a one-row choice, and still to wait now
+        self.drafted = False  # this step's rows offered (grew candidates)
 
     def plan(self, drafters: list[Budgeted], ctxs: list[Context]) -> list[Budget] | None:
         """One width for every row; None at the prefill (each row feeds its prompt and its own block). A plain
@@ -86,9 +90,11 @@ class BatchWidth(BatchPadding):
         if len(drafters) != self.batch:  # rows left: plain steps cost something else now
             self.batch = len(drafters)
             self.backoff.t1, self.backoff.n1 = None, 0
-        if not self.backoff.drafting or self.left:
+        self.drafted = False
+        if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(len(drafters), self.REST_MAX)):
             self.left = max(self.left - 1, 0)
             return [Budget(rows=1) for _ in drafters]
+        self.drafted = True  # offers cost host time: the step is booked as drafted whatever width it picks
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
         width = self.width([o.tokens for o in offers])
         self.rest = 0 if width > 1 else min(max(2 * self.rest, 1), self.REST_MAX)
@@ -99,11 +105,14 @@ class BatchWidth(BatchPadding):
         """The rows per sequence that maximise the batch's expected tokens per second, given each row's offer."""
         top = min(o.size for o in offers) - 1
         expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
-        b = len(offers)
-        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
-        score = expected / seconds[padded(seconds) - 1]
+        score = expected / self.backoff.affordable(self._seconds(len(offers), top))[1:]
         score[0] *= 1 + self.margin
         return int(score.argmax()) + 1
+
+    def _seconds(self, b: int, top: int) -> np.ndarray:
+        """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
+        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
+        return np.concatenate([[np.inf], seconds[padded(seconds) - 1]])
 
     def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch
@@ -113,4 +122,5 @@ class BatchWidth(BatchPadding):
             return
         b, curve = self.batch, self.curve
         hint = seconds * curve.predict(b * self.rows(b, 1)) / curve.predict(b * fed)
-        self.backoff.observe(width, tokens / b, seconds, hint)
+        self.backoff.observe(width, tokens / b, seconds, hint, drafted=self.drafted)
+        self.drafted = False
