@@ -78,7 +78,6 @@ class BatchWidth(BatchPadding):
         self.backoff = Backoff()
         self.batch = 0  # rows decoding now: a plain step's time depends on it
         self.rest = self.left = 0  # plain steps to wait after a one-row choice, and still to wait now
-        self.drafted = False  # this step's rows offered (grew candidates)
 
     def plan(self, drafters: list[Budgeted], ctxs: list[Context]) -> list[Budget] | None:
         """One width for every row; None at the prefill (each row feeds its prompt and its own block). A plain
@@ -90,11 +89,9 @@ class BatchWidth(BatchPadding):
         if len(drafters) != self.batch:  # rows left: plain steps cost something else now
             self.batch = len(drafters)
             self.backoff.t1, self.backoff.n1 = None, 0
-        self.drafted = False
         if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(len(drafters), self.REST_MAX)):
             self.left = max(self.left - 1, 0)
             return [Budget(rows=1) for _ in drafters]
-        self.drafted = True  # offers cost host time: the step is booked as drafted whatever width it picks
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
         width = self.width([o.tokens for o in offers])
         self.rest = 0 if width > 1 else min(max(2 * self.rest, 1), self.REST_MAX)
@@ -122,5 +119,4 @@ class BatchWidth(BatchPadding):
             return
         b, curve = self.batch, self.curve
         hint = seconds * curve.predict(b * self.rows(b, 1)) / curve.predict(b * fed)
-        self.backoff.observe(width, tokens / b, seconds, hint, drafted=self.drafted)
-        self.drafted = False
+        self.backoff.observe(width, tokens / b, seconds, hint)

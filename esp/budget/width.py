@@ -158,15 +158,15 @@ class Backoff:
 
     Per-call loss cap. The bound above grows with log n and, per prompt, costs a probe of B + c - 1 plain
     steps: 10-15% of a short call. So each call (prompt, or batch) also keeps its net loss in plain steps,
-    N = sum over its drafted steps of (seconds / t1 - tokens), gains counted negative (a drafted step is one
-    that grew a tree, whatever width it fed), and `affordable` admits a width r for the next step only if
+    N = sum over its drafted steps (two or more rows) of (seconds / t1 - tokens), gains counted negative, and
+    `affordable` admits a width r for the next step only if
     N + w(r) <= eps (n + 1) + L0, where n is the call's booked steps so far and w(r) = t(r) / t(1) - 1 the
     step's worst case on the cost curve (a step emits at least one token per row). Otherwise the step is plain.
     Hence after any step, N <= eps n + L0 + x, where x >= 0 is by how much the last drafted step's loss
     exceeded its w(r) (the curve's error and the drafting's host time: at most one step's worst case). In
     seconds: a call of n steps whose drafts never pay runs at most (eps n + L0 + x) t1 slower than plain
-    decoding, plain steps taken as this drafter takes them; the prefill and the drafter's per-call start are
-    outside it. Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
+    decoding, plain steps taken as this drafter takes them (t1 is its one-row steps' time, tree grown or not);
+    the prefill and the drafter's per-call start are outside it. Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
     Defaults: eps = LOSS_SHARE (3%), L0 = LOSS_START (half a plain step).
     """
 
@@ -215,11 +215,10 @@ class Backoff:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""
         return bool(np.isfinite(self.affordable(seconds)[2:]).any())
 
-    def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float, drafted: bool | None = None) -> None:
+    def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float) -> None:
         """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
-        `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured.
-        `drafted`: the step grew a tree (default: it fed more than one row); only steps that did not measure t1."""
-        drafted = rows > 1 if drafted is None else drafted
+        `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured."""
+        drafted = rows > 1
         kind = "draft" if drafted else "plain"
         for book in (self.prompt[kind], self.life[kind]):
             book[0] += tokens

@@ -421,7 +421,7 @@ class HybridDrafter(Drafter):
     def _cost(self, ctx: Context, res: StepResult, step: HybridStep) -> dict:
         """Book the step with the back-off and the curve; what the trace shows of how its width was chosen."""
         rows, guard = res.layout.size, self.guard
-        mode = "draft" if step.draft is not None or ctx.step == 0 else "plain"
+        mode = "draft" if step.draft is not None or ctx.step == 0 else "plain"  # plain: backed off, no tree grown
         self._book(ctx, res, step)
         gain = 1.0 if step.draft is None else step.draft.gain
         return self._costs(res, mode, step.choice.expected, gain, guard.state() if guard is not None else None)
@@ -431,8 +431,7 @@ class HybridDrafter(Drafter):
         if ctx.step > 0 and self.guard is not None:
             rows, secs = res.layout.size, self.step_seconds(res)
             # until a plain step is timed, the curve's shape says what one costs
-            self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows),
-                               drafted=step.draft is not None)
+            self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
 
     def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None) -> dict:
         """The curve learns from the forwards timed by now (prefills never are); StepTrace.cost's keys."""
