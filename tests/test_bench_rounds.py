@@ -72,3 +72,12 @@ def test_old_batch_files_without_rounds_still_render():
     old = {"runs": [{G: {"batch": 4, "tokens_per_s": 10.0, "tau": 1.0, "per_prompt": [[1]]},
                      A: {"batch": 4, "tokens_per_s": 9.7, "tau": 1.0, "per_prompt": [[1]]}}]}
     assert "0.97x (1.00)" in report.batch_table({"methods": [A]}, [old])
+
+
+def test_rounds_below_one_are_refused_with_one_line(capsys):
+    from conftest import QUESTIONS
+    import esp.bench.run as bench
+
+    with pytest.raises(SystemExit):
+        bench.main(["--questions", str(QUESTIONS), "--batch", "2", "--rounds", "0"])
+    assert "--rounds must be at least 1." in capsys.readouterr().err

@@ -291,6 +291,8 @@ class HybridDrafter(Drafter):
         tree, n = draft.tree, c.n + 1
         fed = DraftTree(tree.tokens[:n], tree.parents[:n], tree.probs[:n], tree.cum_probs[:n], sources=tree.sources[:n],
                         p=tree.p[:n])
+        if self.mask:
+            self.mask.update(ctx.lm, [])  # what plain steps deferred
         embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
         return Proposal(tree=fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True,
@@ -433,9 +435,11 @@ class HybridDrafter(Drafter):
             # until a plain step is timed, the curve's shape says what one costs
             self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
 
-    def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None) -> dict:
-        """The curve learns from the forwards timed by now (prefills never are); StepTrace.cost's keys."""
-        for r, secs in res.forward.timed:
+    def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None,
+               learn: bool = True) -> dict:
+        """The curve learns from the forwards timed by now (prefills never are; nor a batch's plain steps, whose
+        curve is the batch budget's); StepTrace.cost's keys."""
+        for r, secs in res.forward.timed if learn else ():
             self.curve.observe(r, secs)
         rows, timed = res.layout.size, res.forward.timed
         return {"budget": self.cfg.bc, "rows": rows, "cap": self.cfg.cap, "mode": mode,
@@ -449,7 +453,7 @@ class HybridDrafter(Drafter):
         time and the back-off's books, so that the step runs at plain decoding's cost."""
         since = self.carry.since_esp
         if self.mask:
-            self.mask.update(ctx.lm, res.emitted)
+            self.mask.defer(res.emitted)  # applied, in order, when the masks are next read
             since += 1
         if TABLE in self.cfg.sources:  # the target's own tokens, one-hot: no distribution read back
             text, n = ctx.tokens, self.cfg.n
@@ -457,7 +461,8 @@ class HybridDrafter(Drafter):
                 self.memory.table.add(text[max(0, j - n) : j], [text[j]], [1.0])
         self.carry = Carry(since_esp=since)
         self._book(ctx, res, res.proposal.plan)
-        return Notes(cost=self._costs(res, "plain", 1.0, 1.0, None if self.guard is None else self.guard.state()))
+        return Notes(cost=self._costs(res, "plain", 1.0, 1.0, None if self.guard is None else self.guard.state(),
+                                      learn=not ctx.batched))
 
     clock = staticmethod(time.perf_counter)
 
