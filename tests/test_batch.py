@@ -213,17 +213,18 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     assert _width(wide, [_Offers(good, flat)] * 4, 0) is None  # the prefill: each row its own
     assert _width(wide, [_Offers(good, flat)] * 4, 1) > 1
     assert _width(BatchWidth(), [_Offers(good, steep)] * 4, 1) == 1
-    # Drafted steps that bring nothing: the batch backs off to plain rows and stops asking for offers.
+    # Drafted steps that bring nothing: the batch falls back to plain rows and stops asking for offers (its
+    # per-call loss cap: one step that lost a plain step's time leaves no room for another).
     row = _Offers(good, flat)
     for _ in range(3):
         wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])  # plain steps: a second each
-    for _ in range(20):
-        w = _width(wide, [row] * 4, 5)
-        if w == 1 and not wide.backoff.drafting:
-            break
+    drafted = 0
+    while (w := _width(wide, [row] * 4, 5)) > 1 and drafted < 20:
         wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
+        drafted += 1
     asked = row.asked
-    assert not wide.backoff.drafting and _width(wide, [row] * 4, 6) == 1 and row.asked == asked
+    assert drafted == 1 and wide.backoff.net == pytest.approx(1.0)
+    assert _width(wide, [row] * 4, 6) == 1 and row.asked == asked
 
 
 @pytest.mark.model
@@ -245,8 +246,8 @@ def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_pa
 
 
 def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
-    steep = CostCurve([1, 256], [1.0, 256.0])
-    row = _Offers(by_rows([0.9, 0.8], [0, 1], 0, 0.0, 8), steep)
+    flat = CostCurve([1, 256], [1.0, 1.2])  # wider steps are affordable, but the offers are worth less than a row
+    row = _Offers(by_rows([0.01, 0.01], [0, 1], 0, 0.0, 8), flat)
     wide = BatchWidth()
     asked_at = []
     for step in range(1, 40):

@@ -1,8 +1,10 @@
 """Throughput of batched decoding: the questions B at a time, in question order, for a method through the
 engine (`BatchDecoder`, B prompts in flight) and for transformers' own batched greedy `generate()` (static
-batches of B, left padding, as its users run it), side by side on the same prompts."""
+batches of B, left padding, as its users run it), side by side on the same prompts, in several interleaved
+rounds (ABBA), so that each ratio comes with its spread over rounds."""
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -22,13 +24,22 @@ class BatchRun:
 
     method: str
     batch: int
-    tokens: list[list[int]] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)  # per prompt, from the first round
     forwards: list[int] = field(default_factory=list)  # per prompt (generate(): its new tokens)
-    seconds: float = 0.0
+    rounds: list[float] = field(default_factory=list)  # wall seconds of each round over every prompt
+
+    @property
+    def seconds(self) -> float:
+        """Wall seconds of one round over every prompt, the mean over rounds."""
+        return statistics.fmean(self.rounds) if self.rounds else 0.0
 
     @property
     def n_tokens(self) -> int:
         return sum(len(t) for t in self.tokens)
+
+    def ratios(self, ref: "BatchRun") -> list[float]:
+        """This run's tokens/s over `ref`'s, round by round (the rounds interleave, so each pair shares a machine state)."""
+        return [(self.n_tokens / a) / (ref.n_tokens / b) for a, b in zip(self.rounds, ref.rounds) if a > 0 and b > 0]
 
     @property
     def tokens_per_s(self) -> float:
@@ -41,7 +52,14 @@ class BatchRun:
 
     def to_dict(self) -> dict:
         return {"method": self.method, "batch": self.batch, "tokens": self.n_tokens, "seconds": round(self.seconds, 4),
-                "tokens_per_s": round(self.tokens_per_s, 3), "tau": round(self.tau, 4), "per_prompt": self.tokens}
+                "tokens_per_s": round(self.tokens_per_s, 3), "tau": round(self.tau, 4), "per_prompt": self.tokens,
+                "rounds": [round(x, 4) for x in self.rounds]}
+
+
+def spread(ratios: list[float]) -> dict:
+    """The median ratio over rounds and its range: what a claim about a batch size rests on."""
+    return {"median": round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
+            "rounds": [round(r, 4) for r in ratios]} if ratios else {}
 
 
 def chunks(items: list, size: int) -> list[list]:
@@ -49,26 +67,36 @@ def chunks(items: list, size: int) -> list[list]:
 
 
 CHUNK = 4  # batches of questions per interleaved part of a run
+ROUNDS = 3  # rounds over every prompt per batch size (the bench's --rounds)
 
 
-def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, max_new_tokens: int) -> dict[str, BatchRun]:
-    """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order.
-    generate() runs each group of `batch` prompts to its end (static batches, as its users run it); the engine
-    keeps `batch` prompts in flight, the next one joining as a row ends (`BatchDecoder`'s batch_size). They are
-    interleaved per part of CHUNK batches, so that a change of machine speed during the run moves every row
-    alike. Every prompt gets a fresh drafter."""
+def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, max_new_tokens: int,
+               rounds: int = ROUNDS) -> dict[str, BatchRun]:
+    """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order,
+    `rounds` times. generate() runs each group of `batch` prompts to its end (static batches, as its users run
+    it); the engine keeps `batch` prompts in flight, the next one joining as a row ends (`BatchDecoder`'s
+    batch_size). They are interleaved per part of CHUNK batches, in ABBA order (generate(), the methods, then the
+    methods in reverse and generate(), part after part), so that a drift of machine speed moves every row alike
+    and each round's ratio is a fair pair. Every prompt gets a fresh drafter; the tokens kept are the first round's."""
     runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
-    for part in chunks(prompts, batch if batch == 1 else CHUNK * batch):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            if name == GENERATE:
-                got = [row for group in chunks(part, batch) for row in _generate(lm, group, max_new_tokens)]
-            else:
-                got = _engine(lm, part, name, batch, max_new_tokens)
-            run.seconds += time.perf_counter() - start
-            for tokens, forwards in got:
-                run.tokens.append(tokens)
-                run.forwards.append(forwards)
+    names = list(runs)
+    parts = chunks(prompts, batch if batch == 1 else CHUNK * batch)
+    for r in range(rounds):
+        for run in runs.values():
+            run.rounds.append(0.0)
+        for j, part in enumerate(parts):
+            for name in names if (r * len(parts) + j) % 2 == 0 else names[::-1]:
+                run = runs[name]
+                start = time.perf_counter()
+                if name == GENERATE:
+                    got = [row for group in chunks(part, batch) for row in _generate(lm, group, max_new_tokens)]
+                else:
+                    got = _engine(lm, part, name, batch, max_new_tokens)
+                run.rounds[-1] += time.perf_counter() - start
+                if r == 0:
+                    for tokens, forwards in got:
+                        run.tokens.append(tokens)
+                        run.forwards.append(forwards)
     return runs
 
 
@@ -103,15 +131,18 @@ def _generate(lm: LM, group: list[list[int]], max_new_tokens: int) -> list[tuple
 
 
 def table(runs: list[dict[str, BatchRun]]) -> str:
-    """One markdown row per (batch size, method): tokens/s over the batches, wall seconds, the ratio to
-    batched generate() at that batch size, tau, and how many prompts got generate()'s exact tokens."""
-    lines = ["| B | method | tokens/s | wall s | x generate() | tau | = generate() |", "|---|---|---|---|---|---|---|"]
+    """One markdown row per (batch size, method): tokens/s (mean over rounds), wall seconds per round, the median
+    ratio to batched generate() at that batch size over the rounds and its range, tau, and how many prompts got
+    generate()'s exact tokens."""
+    lines = ["| B | method | tokens/s | wall s | x generate() (median) | min-max over rounds | tau | = generate() |",
+             "|---|---|---|---|---|---|---|---|"]
     for by in runs:
         ref = by[GENERATE]
         for name, r in by.items():
             same = sum(a == b for a, b in zip(r.tokens, ref.tokens))
-            lines.append(f"| {r.batch} | {name} | {r.tokens_per_s:.1f} | {r.seconds:.1f} | "
-                         f"{r.tokens_per_s / ref.tokens_per_s:.3f} | {r.tau:.2f} | {same}/{len(r.tokens)} |")
+            x = spread(r.ratios(ref))
+            lines.append(f"| {r.batch} | {name} | {r.tokens_per_s:.1f} | {r.seconds:.1f} | {x['median']:.3f} | "
+                         f"{x['min']:.3f}-{x['max']:.3f} | {r.tau:.2f} | {same}/{len(r.tokens)} |")
     return "\n".join(lines)
 
 
@@ -127,19 +158,27 @@ def parse_batches(value: str) -> list[int]:
 
 
 def report(lm: LM, prompts: list[list[int]], specs: list[str], batches: list[int], max_new_tokens: int,
-           json_path: str | None = None, meta: dict | None = None) -> list[dict[str, BatchRun]]:
-    """The bench's --batch: every batch size in turn, generate() beside the methods; prints each table as it
-    ends and writes every run (per-prompt tokens included) to `json_path`."""
+           json_path: str | None = None, meta: dict | None = None, rounds: int = ROUNDS) -> list[dict[str, BatchRun]]:
+    """The bench's --batch: every batch size in turn, generate() beside the methods in `rounds` interleaved rounds;
+    prints each table as it ends and writes every run (per-prompt tokens, each round's seconds and each method's
+    ratio to generate(), `x_generate`: median, min, max, per round) to `json_path`."""
     import json
     from pathlib import Path
 
-    throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8)  # warm-up: kernels, allocator
+    throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8, rounds=1)  # warm-up: kernels, allocator
     runs = []
     for b in batches:
-        runs.append(throughput(lm, prompts, specs, b, max_new_tokens))
+        runs.append(throughput(lm, prompts, specs, b, max_new_tokens, rounds))
         print(table(runs[-1:]), flush=True)
     if json_path:
         Path(json_path).write_text(json.dumps({"meta": {**(meta or {}), "model": lm.name, "dtype": str(lm.dtype),
-                                                        "max_new_tokens": max_new_tokens, "prompts": len(prompts)},
-                                               "runs": [{k: v.to_dict() for k, v in r.items()} for r in runs]}))
+                                                        "max_new_tokens": max_new_tokens, "prompts": len(prompts),
+                                                        "rounds": rounds},
+                                               "runs": [_to_dict(r) for r in runs]}))
     return runs
+
+
+def _to_dict(by: dict[str, BatchRun]) -> dict:
+    """One batch size's runs for the JSON: each method's record, with its ratio to generate() over the rounds."""
+    ref = by[GENERATE]
+    return {k: v.to_dict() | ({} if k == GENERATE else {"x_generate": spread(v.ratios(ref))}) for k, v in by.items()}

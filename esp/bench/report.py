@@ -89,10 +89,19 @@ def batch_table(entry: dict, data: list[dict]) -> str:
         ref = by["generate()"]
         same = [f"{sum(a == b for a, b in zip(by[m]['per_prompt'], ref['per_prompt']))}" for m in methods]
         rows.append([str(ref["batch"]), f"{ref['tokens_per_s']:.1f}"]
-                    + [f"{t.ratio(by[m]['tokens_per_s'] / ref['tokens_per_s'])} ({t.tau(by[m]['tau'])})" for m in methods]
+                    + [f"{_ratio(by[m], ref)} ({t.tau(by[m]['tau'])})" for m in methods]
                     + [" / ".join(same) + f" of {len(ref['per_prompt'])}"])
     head = ["B", "`generate()` tok/s"] + [f"`{m}` x `generate()` (tau)" for m in methods] + ["rows = `generate()`"]
     return t.markdown(head, rows)
+
+
+def _ratio(run: dict, ref: dict) -> str:
+    """A method's ratio to generate(): the median over rounds and its range where the file has rounds
+    (`--rounds`), else the one run's."""
+    x = run.get("x_generate")
+    if x:
+        return f"{t.ratio(x['median'])} [{x['min']:.2f}-{x['max']:.2f}]"
+    return t.ratio(run["tokens_per_s"] / ref["tokens_per_s"])
 
 
 def per_prompt_table(entry: dict, data: list[dict]) -> str:

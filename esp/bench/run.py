@@ -546,6 +546,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", metavar="B[,B...]",
                    help="throughput instead: the questions' first turns B at a time, in question order, every method "
                         "beside transformers' batched generate() at the same B (e.g. 1,4,16); tau stays per row")
+    p.add_argument("--rounds", type=int, default=batch.ROUNDS,
+                   help="with --batch: rounds over every prompt per batch size, interleaved ABBA with generate(); the "
+                        f"table and the JSON give the median ratio and its range over rounds (default {batch.ROUNDS})")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
@@ -562,6 +565,8 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], dict[str, "Drafters"], l
         require("plotly", "--html")
     if a.repeats < 1:
         fail("--repeats must be at least 1.")
+    if a.rounds < 1:
+        fail("--rounds must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]
     if len(set(specs)) != len(specs):
         fail(f"--methods lists a method twice: {a.methods}")
@@ -586,7 +591,8 @@ def _throughput(a: argparse.Namespace, specs: list[str], questions: list[dict], 
         fail(str(e))
     lm = load_model(a)
     prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
-    runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions})
+    runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions},
+                        rounds=a.rounds)
     if a.markdown:
         Path(a.markdown).write_text(batch.table(runs) + "\n")
 

@@ -64,7 +64,10 @@ class BatchWidth(BatchPadding):
     where drafting does not pay at this batch size the run falls back to one row per sequence, at a bounded
     cost of finding out. Offers cost host time (every row grows its candidates), so after a step whose best
     width was one row the next offers wait 1, 2, 4, ... up to REST_MAX plain steps: a batch where nothing
-    pays asks O(log n) times. The curve is the batch's own, a copy of its first row's prior learned from every
+    pays asks O(log n) times. The back-off's per-call loss cap (`Backoff.affordable`, bound in its docstring)
+    admits a width only while the batch's net loss against its plain steps, per row, stays within eps per step
+    plus L0: with B rows, t1 is the batch's plain step and w(Q) = t(B Q) / t(B) - 1, so the bound is the one-row
+    bound at every B. The curve is the batch's own, a copy of its first row's prior learned from every
     forward of the batch, since rows come and go (`BatchDecoder`'s batch_size)."""
 
     REST_MAX = 16
@@ -83,10 +86,14 @@ class BatchWidth(BatchPadding):
             self.curve = drafters[0].curve.copy()
         if ctxs[0].step == 0:
             return None
-        if len(drafters) != self.batch:  # rows left: plain steps cost something else now
-            self.batch = len(drafters)
-            self.backoff.t1, self.backoff.n1 = None, 0
-        if not self.backoff.drafting or self.left:
+        if len(drafters) != self.batch:  # rows left or joined: plain steps cost something else now
+            b, was, t1 = len(drafters), self.batch, self.backoff.t1
+            # Scaled by the curve until the next plain step is measured, rather than forgotten: with t1 unknown,
+            # a drafted step's loss would be the curve's prediction alone, blind to the offers' host time.
+            self.backoff.t1 = None if t1 is None or not was else t1 * (
+                self.curve.predict(b * self.rows(b, 1)) / self.curve.predict(was * self.rows(was, 1)))
+            self.batch, self.backoff.n1 = b, 0
+        if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(len(drafters), self.REST_MAX)):
             self.left = max(self.left - 1, 0)
             return [Budget(rows=1) for _ in drafters]
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
@@ -99,11 +106,14 @@ class BatchWidth(BatchPadding):
         """The rows per sequence that maximise the batch's expected tokens per second, given each row's offer."""
         top = min(o.size for o in offers) - 1
         expected = np.sum([o[1 : top + 1] for o in offers], axis=0)
-        b = len(offers)
-        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
-        score = expected / seconds[padded(seconds) - 1]
+        score = expected / self.backoff.affordable(self._seconds(len(offers), top))[1:]
         score[0] *= 1 + self.margin
         return int(score.argmax()) + 1
+
+    def _seconds(self, b: int, top: int) -> np.ndarray:
+        """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
+        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
+        return np.concatenate([[np.inf], seconds[padded(seconds) - 1]])
 
     def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch

@@ -17,7 +17,6 @@ and a prompt's own labels can still move it.
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import os
 import re
@@ -39,8 +38,12 @@ class Prior:
     reliability: dict[str, list[float]] = field(default_factory=dict)  # sources -> [accepted, sum of P]
 
     def copy(self) -> "Prior":
-        """An independent copy for one drafter to learn on."""
-        return copy.deepcopy(self)
+        """An independent copy for one drafter to learn on. Keys are immutable and values flat lists of floats,
+        so copying the lists is enough: a generic deep copy took ~30 ms for the embedded model's prior, paid by
+        every fresh drafter (each call of `esp.decode` / custom_generate) before its first token."""
+        return Prior({k: list(v) for k, v in self.counts.items()},
+                     {k: [list(x) for x in v] for k, v in self.mask_value.items()},
+                     {k: list(v) for k, v in self.reliability.items()})
 
     def to_dict(self) -> dict:
         """JSON-ready, counts capped at CAP labels per key (keys written as Python literals)."""

@@ -8,7 +8,8 @@ worth `mask_value` tokens (what ESP's drafts add to the next step, learned onlin
 A fixed budget (bc=N) is the same choice with a flat cost, so it fills its N rows the way that adds the
 most expected tokens; `bc=auto` reads the machine's measured curve instead and may pick one row.
 `Backoff` then checks what `bc=auto`'s drafted steps actually earn against plain steps, and stops drafting
-(with a bounded cost of finding out) where they do not pay.
+(with a bounded cost of finding out) where they do not pay; its per-call loss cap (`Backoff.affordable`) admits
+a width only while the call's net loss against plain decoding stays within LOSS_SHARE per step plus LOSS_START.
 The choice runs on the host in numpy: its inputs are Python numbers, and a torch tensor read back on the
 host would count as a device sync for the step (scripts/count_syncs.py).
 """
@@ -22,6 +23,8 @@ import numpy as np
 PLAIN_GAP = 16  # plain steps after a failed probe; doubled with each further failure in a row
 LOSS_BUDGET = 2.0  # plain steps' worth of time a probe may lose (or must gain to pass), net
 PLAIN_EMA = 0.1  # weight of each new plain step in the plain step time, once 10 have been seen
+LOSS_SHARE = 0.03  # eps: plain steps' worth a call may lose per step it has run, net of what its drafts gained
+LOSS_START = 0.5  # L0: plain steps' worth a call may lose before its steps have earned any allowance
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,12 +155,27 @@ class Backoff:
     fails within floor(B / d) + 1 drafted steps. Where drafting pays, a probe fails only on a run of bad
     luck worth B plain steps, and then costs the gain it would have made over G * 2^j steps.
     Defaults: G = 16, B = 2.
+
+    Per-call loss cap. The bound above grows with log n and, per prompt, costs a probe of B + c - 1 plain
+    steps: 10-15% of a short call. So each call (prompt, or batch) also keeps its net loss in plain steps,
+    N = sum over its drafted steps (two or more rows) of (seconds / t1 - tokens), gains counted negative, and
+    `affordable` admits a width r for the next step only if
+    N + w(r) <= eps (n + 1) + L0, where n is the call's booked steps so far and w(r) = t(r) / t(1) - 1 the
+    step's worst case on the cost curve (a step emits at least one token per row). Otherwise the step is plain.
+    Hence after any step, N <= eps n + L0 + x, where x >= 0 is by how much the last drafted step's loss
+    exceeded its w(r) (the curve's error and the drafting's host time: at most one step's worst case). In
+    seconds: a call of n steps whose drafts never pay runs at most (eps n + L0 + x) t1 slower than plain
+    decoding, plain steps taken as this drafter takes them (t1 is its one-row steps' time, tree grown or not);
+    the prefill and the drafter's per-call start are outside it. Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
+    Defaults: eps = LOSS_SHARE (3%), L0 = LOSS_START (half a plain step).
     """
 
-    def __init__(self, gap: int = PLAIN_GAP, budget: float = LOSS_BUDGET):
-        if gap < 1 or budget <= 0:
-            raise ValueError("a back-off needs a gap of at least one step and a positive loss budget")
+    def __init__(self, gap: int = PLAIN_GAP, budget: float = LOSS_BUDGET, share: float = LOSS_SHARE,
+                 start: float = LOSS_START):
+        if gap < 1 or budget <= 0 or share < 0 or start < 0:
+            raise ValueError("a back-off needs a gap of at least one step, a positive loss budget and a loss cap >= 0")
         self.gap, self.budget = gap, budget
+        self.share, self.allowance = share, start
         self.fails = 0  # failed probes in a row, across prompts
         self.backoffs = 0  # failed probes in this drafter's lifetime
         self.t1: float | None = None  # seconds of a plain step, measured
@@ -171,6 +189,7 @@ class Backoff:
         """A new prompt: it opens with a probe, judged on its own steps; t1 and j carry over."""
         self.left = 0
         self.loss = self.gain = 0.0
+        self.steps, self.net = 0, 0.0  # this call's booked steps, and its net loss in plain steps (the cap's)
         self.prompt = {"draft": [0, 0.0], "plain": [0, 0.0]}
 
     @property
@@ -178,14 +197,34 @@ class Backoff:
         """False while backed off: the step should be a plain one-row step."""
         return self.left == 0
 
-    def observe(self, rows: int, tokens: int, seconds: float, t1_hint: float) -> None:
+    def room(self) -> float:
+        """Plain steps' worth of worst-case extra cost the next step may take under the per-call cap."""
+        return self.share * (self.steps + 1) + self.allowance - self.net
+
+    def affordable(self, seconds: np.ndarray) -> np.ndarray:
+        """`seconds[i]` (a cost table, index 1 the plain width, index 0 unused) with every width whose
+        worst case t(r) / t(1) - 1 exceeds `room` priced at infinity, so that no budget picks it; all
+        infinite past index 1 while backed off."""
+        seconds = np.asarray(seconds, dtype=np.float64)
+        worst = seconds / seconds[1] - 1.0
+        keep = worst <= (self.room() if self.drafting else -1.0)
+        keep[: 2] = True
+        return np.where(keep, seconds, np.inf)
+
+    def may_draft(self, seconds: np.ndarray) -> bool:
+        """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""
+        return bool(np.isfinite(self.affordable(seconds)[2:]).any())
+
+    def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float) -> None:
         """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
         `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured."""
-        kind = "draft" if rows > 1 else "plain"
+        drafted = rows > 1
+        kind = "draft" if drafted else "plain"
         for book in (self.prompt[kind], self.life[kind]):
             book[0] += tokens
             book[1] += seconds
-        if rows <= 1:
+        self.steps += 1
+        if not drafted:
             self.n1 += 1
             w = max(1.0 / self.n1, PLAIN_EMA)
             self.t1 = seconds if self.t1 is None else self.t1 + w * (seconds - self.t1)
@@ -193,6 +232,7 @@ class Backoff:
             return
         t1 = self.t1 if self.t1 is not None else t1_hint
         lost = seconds - tokens * t1
+        self.net += lost / t1
         self.loss = max(self.loss + lost, 0.0)
         self.gain -= lost
         if self.loss > self.budget * t1:  # drafting is not paying here: back off, for longer each time
@@ -208,7 +248,8 @@ class Backoff:
         """For the trace: the plain steps left, failures in a row, this probe's books and the rates."""
         t1 = self.t1 or 0.0
         rate = lambda b: round(b[0] / b[1], 3) if b[1] > 0 else None  # tokens per second
-        return {"plain_left": self.left, "fails": self.fails, "backoffs": self.backoffs,
+        return {"plain_left": self.left, "fails": self.fails, "backoffs": self.backoffs, "net": round(self.net, 3),
+                "room": round(self.room(), 3),
                 "loss": round(self.loss / t1, 3) if t1 else 0.0, "gain": round(self.gain / t1, 3) if t1 else 0.0,
                 "t1_s": round(t1, 6), "draft_rate": rate(self.prompt["draft"]), "plain_rate": rate(self.prompt["plain"]),
                 "draft_rate_all": rate(self.life["draft"]), "plain_rate_all": rate(self.life["plain"])}

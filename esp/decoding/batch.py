@@ -123,6 +123,13 @@ class BatchDecoder:
         mask = torch.full((len(runs), 1, q, slots + q), low, dtype=lm.dtype, device=lm.device)
         seen = torch.arange(slots, device=lm.device)[None, :] < torch.tensor([run.past for run in runs], device=lm.device)[:, None]
         mask[:, 0, :, :slots].masked_fill_(seen[:, None, :], 0.0)
+        if q == 1 and all(run.width == 1 and not run.prop.k and run.prop.extra is None for run in runs):
+            # A plain step (every row feeds its root alone): one embedding call and no per-row tensor work, as
+            # batched greedy decoding does; a row's block is its root, seeing itself.
+            embeds[:, 0] = lm.embed([run.pending[-1] for run in runs])
+            positions[:, 0] = torch.tensor([run.root_pos for run in runs], device=lm.device)
+            mask[:, 0, 0, slots] = 0.0
+            return embeds, positions, mask
         for b, run in enumerate(runs):
             w = run.width
             embeds[b, :w] = run.embeds()
@@ -134,6 +141,8 @@ class BatchDecoder:
     def _head(self, hidden: torch.Tensor, runs: list[Run]) -> list[torch.Tensor]:
         """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch."""
         q = hidden.shape[1]
+        if q == 1:  # a plain step: every row's one row
+            return list(self.lm.head(hidden[:, 0]).split(1))
         idx = torch.cat([torch.arange(run.lead, run.lead + run.head_rows) + b * q for b, run in enumerate(runs)])
         logits = self.lm.head(hidden.reshape(-1, hidden.shape[-1])[idx.to(hidden.device)])
         return list(logits.split([run.head_rows for run in runs]))

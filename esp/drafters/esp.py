@@ -98,15 +98,23 @@ class MaskEmbedding:
             m = mu + sigma * torch.randn(k, mu.numel(), generator=g, dtype=torch.float64).to(mu)
         self.m = m.to(acc).clone()
         self.m0 = self.m.clone()
+        self.deferred: list[int] = []
         self.update(ctx.lm, ctx.tokens[ctx.n_prompt :])
 
     def update(self, lm, tokens: list[int]) -> None:
-        """m <- m + lambda (e(x) - m) for each emitted token x, in order. One in-place lerp per token:
-        a step emits a few tokens, and a lerp is one kernel where the closed form takes six."""
+        """m <- m + lambda (e(x) - m) for each emitted token x, in order (deferred ones first). One in-place lerp
+        per token: a step emits a few tokens, and a lerp is one kernel where the closed form takes six."""
+        tokens = self.deferred + list(tokens)
+        self.deferred = []
         if not tokens:
             return
         for e in lm.embed(tokens).to(self.m.dtype):
             self.m.lerp_(e, self.lam)
+
+    def defer(self, tokens: list[int]) -> None:
+        """Tokens for the next `update` to apply first, in order: the same m then, without a device call per step
+        while nothing reads m (a backed-off hybrid's plain steps)."""
+        self.deferred += tokens
 
     def embeds(self, dtype: torch.dtype) -> torch.Tensor:
         return self.m.to(dtype)

@@ -20,7 +20,9 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows).
 - Back-off (`bc=auto`). `budget.Backoff` books every drafted step's measured time against plain steps and
   runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
-  geometrically growing gaps; its docstring states the regret bound.
+  geometrically growing gaps; its docstring states the regret bound. Its per-call loss cap admits a width only
+  while the call's net loss against plain steps stays within eps per step plus L0 (`Backoff.affordable`); a step
+  with no width admitted is plain: no tree grown, and its learning only what later steps need (`_rest`).
 - Start (`start=cold|hot`). Cold (the default): every prompt starts from the model's calibration prior
   (`esp.budget.prior`: saved on this machine or shipped for the embedded model), an empty table, no earlier
   text to copy from and a fresh back-off, exactly as a drafter built for that prompt would. Hot: the
@@ -275,17 +277,22 @@ class HybridDrafter(Drafter):
         `ctx.budget.rows` rows when a batch budget chose the width."""
         started, budget = self.clock(), ctx.budget
         offered = budget.offer.draft if budget is not None and budget.offer is not None else None
-        resting = budget is not None and budget.rows == 1 and offered is None  # nothing drafted: learn nothing
-        if resting or (budget is None and self.guard is not None and not self.guard.drafting and ctx.step > 0):
-            # Backed off: a plain step, with none of the drafting's Python.
+        guarded = budget is None and self.guard is not None and ctx.step > 0
+        # Nothing drafted (a batch's plain step, or backed off / out of loss allowance alone): a plain step that
+        # learns only what later steps need, so that it costs what plain decoding's step costs.
+        resting = (budget is not None and budget.rows == 1 and offered is None) or (
+            guarded and not self.guard.may_draft(self.curve.table(self.cfg.cap, explore=True)))
+        if resting:
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
-                                                         seconds=self.curve.predict(1)), started=started, resting=resting)
+                                                         seconds=self.curve.predict(1)), started=started, resting=True)
             return Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]), plan=plain)
         draft = offered or self._draft(ctx)
         c = self._width(ctx, draft)
         tree, n = draft.tree, c.n + 1
         fed = DraftTree(tree.tokens[:n], tree.parents[:n], tree.probs[:n], tree.cum_probs[:n], sources=tree.sources[:n],
                         p=tree.p[:n])
+        if self.mask:
+            self.mask.update(ctx.lm, [])  # what plain steps deferred
         embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
         return Proposal(tree=fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True,
@@ -296,6 +303,8 @@ class HybridDrafter(Drafter):
         k, worth, budget, p, parents = self.cfg.k, self.memory.mask_worth, ctx.budget, draft.p, draft.tree.parents[1:]
         cap = self.cfg.cap if budget is None else budget.rows
         cost = None if self.cfg.bc != AUTO or budget is not None else self.curve.table(self.cfg.cap, explore=True)
+        if cost is not None and self.guard is not None and ctx.step > 0:  # the per-call loss cap (Backoff.affordable)
+            cost = self.guard.affordable(cost)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, parents, j, worth(j), cap, cost, margin=PLAIN_MARGIN) for j in range(min(k, 1), k + 1)),
                 key=Choice.score)
@@ -414,16 +423,23 @@ class HybridDrafter(Drafter):
     def _cost(self, ctx: Context, res: StepResult, step: HybridStep) -> dict:
         """Book the step with the back-off and the curve; what the trace shows of how its width was chosen."""
         rows, guard = res.layout.size, self.guard
-        mode = "draft" if guard is None or guard.drafting or ctx.step == 0 else "plain"
-        if ctx.step > 0 and guard is not None:  # the prefill also holds the prompt: not a step to book
-            secs = self.step_seconds(res)  # until a plain step is timed, the curve's shape says what one costs
-            guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
+        mode = "draft" if step.draft is not None or ctx.step == 0 else "plain"  # plain: backed off, no tree grown
+        self._book(ctx, res, step)
         gain = 1.0 if step.draft is None else step.draft.gain
         return self._costs(res, mode, step.choice.expected, gain, guard.state() if guard is not None else None)
 
-    def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None) -> dict:
-        """The curve learns from the forwards timed by now (prefills never are); StepTrace.cost's keys."""
-        for r, secs in res.forward.timed:
+    def _book(self, ctx: Context, res: StepResult, step: HybridStep) -> None:
+        """Book a step with this prompt's back-off (the prefill also holds the prompt: not a step to book)."""
+        if ctx.step > 0 and self.guard is not None:
+            rows, secs = res.layout.size, self.step_seconds(res)
+            # until a plain step is timed, the curve's shape says what one costs
+            self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
+
+    def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None,
+               learn: bool = True) -> dict:
+        """The curve learns from the forwards timed by now (prefills never are; nor a batch's plain steps, whose
+        curve is the batch budget's); StepTrace.cost's keys."""
+        for r, secs in res.forward.timed if learn else ():
             self.curve.observe(r, secs)
         rows, timed = res.layout.size, res.forward.timed
         return {"budget": self.cfg.bc, "rows": rows, "cap": self.cfg.cap, "mode": mode,
@@ -432,14 +448,21 @@ class HybridDrafter(Drafter):
                 "curve": self.curve.to_dict(), "drift": round(self.curve.drift, 4), "backoff": backoff}
 
     def _rest(self, ctx: Context, res: StepResult) -> Notes:
-        """A plain step of a batch that drafts nothing for now (its budget backed off): only what later steps
-        need, the masks' EMA and the forward's time, so that the batch runs at plain decoding's cost."""
+        """A plain step that drafted nothing (a batch's budget, or this prompt's back-off, said so): only what
+        later steps need, the masks' EMA, the emitted text in the table (as its prompt was seeded), the forward's
+        time and the back-off's books, so that the step runs at plain decoding's cost."""
         since = self.carry.since_esp
         if self.mask:
-            self.mask.update(ctx.lm, res.emitted)
+            self.mask.defer(res.emitted)  # applied, in order, when the masks are next read
             since += 1
+        if TABLE in self.cfg.sources:  # the target's own tokens, one-hot: no distribution read back
+            text, n = ctx.tokens, self.cfg.n
+            for j in range(len(text) - len(res.emitted), len(text)):
+                self.memory.table.add(text[max(0, j - n) : j], [text[j]], [1.0])
         self.carry = Carry(since_esp=since)
-        return Notes(cost=self._costs(res, "plain", 1.0, 1.0, None))
+        self._book(ctx, res, res.proposal.plan)
+        return Notes(cost=self._costs(res, "plain", 1.0, 1.0, None if self.guard is None else self.guard.state(),
+                                      learn=not ctx.batched))
 
     clock = staticmethod(time.perf_counter)
 
