@@ -149,3 +149,25 @@ def test_the_embedded_models_lens_agrees_with_its_drafts(lm):
     assert any(r.accepted for s in gen.steps for r in s.lens_real)
     with torch.inference_mode():
         assert all(set(m.texts) == {t for layer in m.tokens for t in layer} for s in gen.steps for m in s.lens)
+
+
+def test_the_library_the_bench_and_custom_generate_leave_the_lens_off(tiny_chat, monkeypatch):
+    """esp.decode (what custom_generate calls) and the bench's engine turn build no lens unless asked: a lens
+    built here fails the test."""
+    import esp
+    import esp.decoding.engine as engine
+    from esp.bench.run import parser
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a lens was built")
+
+    monkeypatch.setattr(engine, "MaskLens", refuse)
+    model, tokenizer = tiny_chat
+    for method in ("esp:k=2:bc=12", "hybrid:bc=auto"):
+        out = esp.decode(model, tokenizer, "abc", method=method, max_new_tokens=8)
+        assert out.tokens and all(not s.lens and not s.eye for s in out.steps)
+        batch = esp.decode(model, tokenizer, ["abc", "de"], method=method, max_new_tokens=8)
+        assert all(r.tokens for r in batch)
+    assert parser().parse_args(["--questions", "q.jsonl"]).lens is False
+    with pytest.raises(AssertionError, match="a lens was built"):  # the guard itself bites when asked for one
+        esp.decode(model, tokenizer, "abc", method="esp:k=2:bc=12", max_new_tokens=8, views=True)
