@@ -223,7 +223,7 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
         wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
         drafted += 1
     asked = row.asked
-    assert drafted == 1 and wide.backoff.net == pytest.approx(1.0)
+    assert drafted == 1 and wide.backoff.cap.net == pytest.approx(1.0)
     assert _width(wide, [row] * 4, 6) == 1 and row.asked == asked
 
 

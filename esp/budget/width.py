@@ -133,6 +133,21 @@ def best_rate(p, mask_value: float, cost, lo: int) -> float:
     return (1.0 + total + max(mask_value, 0.0) * (1.0 + total)) / float(wide.min())
 
 
+@dataclass
+class LossCap:
+    """A call's per-call loss cap (Backoff's docstring states the bound): its net loss against plain decoding in
+    plain steps, the steps it has booked, and the allowance they earn (`share` per step, `allowance` at start)."""
+
+    share: float
+    allowance: float
+    steps: int = 0
+    net: float = 0.0
+
+    def room(self) -> float:
+        """Plain steps' worth of worst-case extra cost the next step may take."""
+        return self.share * (self.steps + 1) + self.allowance - self.net
+
+
 class Backoff:
     """Whether `bc=auto` drafts at all: the rate its drafted steps achieve, measured against plain steps.
 
@@ -175,7 +190,7 @@ class Backoff:
         if gap < 1 or budget <= 0 or share < 0 or start < 0:
             raise ValueError("a back-off needs a gap of at least one step, a positive loss budget and a loss cap >= 0")
         self.gap, self.budget = gap, budget
-        self.share, self.allowance = share, start
+        self.cap = LossCap(share, start)
         self.fails = 0  # failed probes in a row, across prompts
         self.backoffs = 0  # failed probes in this drafter's lifetime
         self.t1: float | None = None  # seconds of a plain step, measured
@@ -189,7 +204,7 @@ class Backoff:
         """A new prompt: it opens with a probe, judged on its own steps; t1 and j carry over."""
         self.left = 0
         self.loss = self.gain = 0.0
-        self.steps, self.net = 0, 0.0  # this call's booked steps, and its net loss in plain steps (the cap's)
+        self.cap = LossCap(self.cap.share, self.cap.allowance)  # a new call: its own steps and net loss
         self.prompt = {"draft": [0, 0.0], "plain": [0, 0.0]}
 
     @property
@@ -199,7 +214,7 @@ class Backoff:
 
     def room(self) -> float:
         """Plain steps' worth of worst-case extra cost the next step may take under the per-call cap."""
-        return self.share * (self.steps + 1) + self.allowance - self.net
+        return self.cap.room()
 
     def affordable(self, seconds: np.ndarray) -> np.ndarray:
         """`seconds[i]` (a cost table, index 1 the plain width, index 0 unused) with every width whose
@@ -223,7 +238,7 @@ class Backoff:
         for book in (self.prompt[kind], self.life[kind]):
             book[0] += tokens
             book[1] += seconds
-        self.steps += 1
+        self.cap.steps += 1
         if not drafted:
             self.n1 += 1
             w = max(1.0 / self.n1, PLAIN_EMA)
@@ -232,7 +247,7 @@ class Backoff:
             return
         t1 = self.t1 if self.t1 is not None else t1_hint
         lost = seconds - tokens * t1
-        self.net += lost / t1
+        self.cap.net += lost / t1
         self.loss = max(self.loss + lost, 0.0)
         self.gain -= lost
         if self.loss > self.budget * t1:  # drafting is not paying here: back off, for longer each time
@@ -248,7 +263,7 @@ class Backoff:
         """For the trace: the plain steps left, failures in a row, this probe's books and the rates."""
         t1 = self.t1 or 0.0
         rate = lambda b: round(b[0] / b[1], 3) if b[1] > 0 else None  # tokens per second
-        return {"plain_left": self.left, "fails": self.fails, "backoffs": self.backoffs, "net": round(self.net, 3),
+        return {"plain_left": self.left, "fails": self.fails, "backoffs": self.backoffs, "net": round(self.cap.net, 3),
                 "room": round(self.room(), 3),
                 "loss": round(self.loss / t1, 3) if t1 else 0.0, "gain": round(self.gain / t1, 3) if t1 else 0.0,
                 "t1_s": round(t1, 6), "draft_rate": rate(self.prompt["draft"]), "plain_rate": rate(self.prompt["plain"]),
