@@ -32,7 +32,8 @@ def test_syncs_per_step_are_at_most_three(tiny, method):
     assert r["syncs_mean"] == (1 if "bc=auto" in method else 0), r
     timed = count_syncs.count(tiny, method, prompt, 24)
     assert timed["syncs_mean"] >= 6  # with timings, every phase boundary syncs (as it would on CUDA)
-    assert timed["reads_mean"] == r["reads_mean"]
+    if "bc=auto" not in method:  # bc=auto's widths follow measured seconds, so its steps (and reads) may differ
+        assert timed["reads_mean"] == r["reads_mean"]
 
 
 def test_the_counter_sees_a_read():
