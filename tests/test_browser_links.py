@@ -252,6 +252,8 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     from playwright.sync_api import expect
 
     page = fresh()
+    # The opened run fills the controls once it is shown: edits made before that would be overwritten.
+    expect(page.locator("#prompt textarea")).to_have_value(opening()["meta"]["prompt"], timeout=HANG_MS)
     choose(page, "model", "embedded")  # the opened run filled in its own model, too big to run here
     page.locator("#prompt textarea").fill("Count from 1 to 9, separated by commas.")
     set_number(page, "k", 1)
@@ -259,6 +261,7 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     page.get_by_text("Decoding", exact=True).click()
     set_number(page, "max-new", 16)
     expect(page.locator("#settings-note")).to_contain_text("BC=12", timeout=HANG_MS)
+    expect(page.locator("#max-new input[type=number]")).to_have_value("16")
     run_to_done(page)
     last = int(re.search(r"step (\d+) of (\d+)", page.locator(STATUS).inner_text()).group(2))
     whole = text_shown(page)
