@@ -223,3 +223,24 @@ def browser():
         b = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def served(browser):
+    """(address, browser): the app served in-process on the embedded model (tests/app_server.py), and chromium."""
+    from app_server import serve
+
+    with serve("local") as url:
+        yield url, browser
+
+
+@pytest.fixture(scope="module")
+def loads():
+    """Every model load the server attempts while a module's tests run."""
+    from explorer import gpu
+
+    seen = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = gpu.load
+        mp.setattr(gpu, "load", lambda *a, **kw: seen.append(a) or real(*a, **kw))
+        yield seen

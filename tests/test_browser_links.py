@@ -23,18 +23,6 @@ STATUS = "#status [data-testid=markdown]"  # the status line itself, not its pro
 
 
 @pytest.fixture(scope="module")
-def loads():
-    """Every model load the server attempts while these tests run."""
-    from explorer import gpu
-
-    seen = []
-    with pytest.MonkeyPatch.context() as mp:
-        real = gpu.load
-        mp.setattr(gpu, "load", lambda *a, **kw: seen.append(a) or real(*a, **kw))
-        yield seen
-
-
-@pytest.fixture(scope="module")
 def url(loads):
     with serve("local") as address:
         yield address.rstrip("/") + "/"

@@ -8,29 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from app_server import serve
-
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser, pytest.mark.app,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 HANG_MS = 60_000
 PHONE = {"width": 390, "height": 844}
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with serve("local") as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield url, browser
-        browser.close()
-
-
-def opened(browser, viewport: dict):
+def opened(served, viewport: dict):
     """A new page at `viewport`, once the shipped trace's tree is drawn, scrolled to the top."""
-    url, chromium = browser
+    url, chromium = served
     page = chromium.new_page(viewport=viewport)
     page.goto(url)
     page.wait_for_selector("#tree-plot .main-svg", timeout=HANG_MS)
@@ -45,10 +32,10 @@ def top(page, selector: str) -> float:
     return page.locator(selector).first.bounding_box()["y"]
 
 
-def test_on_a_phone_the_tree_starts_within_the_first_screen_above_the_controls(browser):
+def test_on_a_phone_the_tree_starts_within_the_first_screen_above_the_controls(served):
     from playwright.sync_api import expect
 
-    page = opened(browser, PHONE)
+    page = opened(served, PHONE)
     tree = top(page, "#tree-plot .main-svg")
     assert 0 <= tree < PHONE["height"], tree  # the draft tree's figure starts on the first screen
     assert top(page, "#status") < tree < top(page, "#scrub-row") < top(page, "#play-row") < top(page, "#mask-plot")
@@ -64,8 +51,8 @@ def test_on_a_phone_the_tree_starts_within_the_first_screen_above_the_controls(b
     page.close()
 
 
-def test_at_a_desktop_width_the_controls_stay_beside_the_views(browser):
-    page = opened(browser, {"width": 1280, "height": 1000})
+def test_at_a_desktop_width_the_controls_stay_beside_the_views(served):
+    page = opened(served, {"width": 1280, "height": 1000})
     from playwright.sync_api import expect
 
     expect(page.locator("#controls-toggle")).to_be_hidden()

@@ -11,23 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from app_server import serve
-
 CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+pytestmark = [pytest.mark.browser, pytest.mark.app,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 HANG_MS = 60_000
 LINK = re.compile(r"\?room=[A-Za-z0-9_-]{22}$")
-
-
-@pytest.fixture(scope="module")
-def site():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with serve("local") as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield url, browser
-        browser.close()
 
 
 def new_page(browser, url: str):
@@ -56,12 +44,12 @@ def go_to(page, n: int) -> None:
     expect_step(page, n)
 
 
-def test_a_follower_follows_the_presenters_step_until_it_scrubs(site):
+def test_a_follower_follows_the_presenters_step_until_it_scrubs(served):
     from playwright.sync_api import expect
 
     from explorer import room
 
-    url, browser = site
+    url, browser = served
     teacher = new_page(browser, url.rstrip("/") + "/?trace=trace_masks&step=10")
     expect_step(teacher, 10)
     teacher.click("#room-start")

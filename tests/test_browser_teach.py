@@ -26,18 +26,6 @@ LAST = len(MASKS["steps"]) - 1
 
 
 @pytest.fixture(scope="module")
-def loads():
-    """Every model load the server attempts while these tests run (must stay empty)."""
-    from explorer import gpu
-
-    seen = []
-    with pytest.MonkeyPatch.context() as mp:
-        real = gpu.load
-        mp.setattr(gpu, "load", lambda *a, **kw: seen.append(a) or real(*a, **kw))
-        yield seen
-
-
-@pytest.fixture(scope="module")
 def site(loads):
     sync_api = pytest.importorskip("playwright.sync_api")
     with serve("local") as url, sync_api.sync_playwright() as p:
