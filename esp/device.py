@@ -40,14 +40,24 @@ def read_all(parts: list[torch.Tensor]) -> list[list]:
     return out
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo ("" where there is none)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
+        return ""
+    line = next((ln for ln in text.splitlines() if ln.startswith(field)), "")
+    return line.partition(":")[2].strip()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
+    return set(_cpuinfo("flags").split())
+
+
+def cpu_vendor() -> str:
+    """Who made the CPU, as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"; "" where unknown)."""
+    return _cpuinfo("vendor_id")
 
 
 def cpu_capability() -> str:

@@ -292,6 +292,32 @@ def test_padding_picks_a_wider_forward_only_where_it_costs_less():
     assert padded([1.0, 1.2, 1.3, 1.4]).tolist() == [1, 2, 3, 4]  # a rising curve: never
     assert padded([1.0, 0.97]).tolist() == [1, 2]  # 3% cheaper: within PAD_GAIN, not worth rows nobody reads
     assert padded([2.0, 1.9, 1.9, 1.9, 1.9, 1.0]).tolist()[:2] == [1, 6]  # a width reaches at most 2 q + 2
+    # only from and to measured widths: a prior's dip this machine may lack pads nothing
+    assert padded([1.9, 1.45, 1.55, 1.65], [False, True, True, True]).tolist() == [1, 2, 3, 4]
+    assert padded([1.9, 1.45, 1.55, 1.65], [True, False, True, True]).tolist() == [3, 2, 3, 4]
+
+
+def test_a_plain_batch_on_a_shipped_shape_is_fed_one_row_per_sequence(tiny_lm):
+    """Two `ar` rows on the AVX512 shape, where two rows a sequence look cheaper than one: nothing measured says
+    so, so every step feeds one row per sequence as batched greedy decoding does (padding on the prior, the
+    batch's samples at the padded width never corrected the one-row price: 1.6x a plain step on an Intel CPU)."""
+    from esp.budget import cost
+
+    lm = tiny_lm("llama")
+    planner = BatchPadding()
+    planner.curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32-avx512"]), weight=cost.SHAPE_WEIGHT,
+                              scaled=False)
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    alone = [Decoder(lm, max_new_tokens=10).generate(p).tokens for p in prompts]
+    fed = []
+    forward = lm.forward
+    lm.forward = lambda embeds, *a, **k: fed.append(tuple(embeds.shape[:2])) or forward(embeds, *a, **k)
+    try:
+        got = BatchDecoder(lm, [build("ar") for _ in prompts], max_new_tokens=10, planner=planner).generate(prompts)
+    finally:
+        del lm.forward
+    assert [g.tokens for g in got] == alone
+    assert fed[0] == (2, 5) and fed[1:] == [(2, 1)] * 9, fed  # the prefill, then nine plain steps
 
 
 def test_a_batch_whose_rows_fall_to_an_expensive_width_is_fed_padded_and_keeps_its_tokens(tiny_lm):

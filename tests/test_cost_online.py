@@ -157,17 +157,37 @@ def test_the_default_shape_is_flat_for_bf16_only_where_the_cpu_has_it(monkeypatc
     assert cost.shape_for(lm).t == list(cost.SHAPES["cpu-float32"])
 
 
-def test_float32_on_avx512_kernels_starts_from_the_shape_where_2_3_rows_cost_more_than_4_8(monkeypatch):
+@pytest.mark.parametrize("kernels, vendor, name", [
+    ("AVX512", "AuthenticAMD", "cpu-float32-avx512"), ("AVX512", "", "cpu-float32-avx512"),
+    ("AVX512", "GenuineIntel", "cpu-float32-avx512-intel"), ("AVX2", "GenuineIntel", "cpu-float32"),
+    ("DEFAULT", "AuthenticAMD", "cpu-float32"),
+])
+def test_float32_starts_from_the_shape_of_its_kernels_and_vendor(monkeypatch, kernels, vendor, name):
     from types import SimpleNamespace
 
     import torch
 
     lm = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"))
-    for kernels, name in (("AVX512", "cpu-float32-avx512"), ("AVX2", "cpu-float32"), ("DEFAULT", "cpu-float32")):
-        monkeypatch.setattr(cost, "cpu_capability", lambda: kernels)
-        assert cost.shape_for(lm).t == list(cost.SHAPES[name])
-    t = dict(zip(cost.GRID, cost.SHAPES["cpu-float32-avx512"]))
-    assert min(t[2], t[3]) > max(t[4], t[5], t[6], t[8])  # the dip the budget and the batch's padding use
+    monkeypatch.setattr(cost, "cpu_capability", lambda: kernels)
+    monkeypatch.setattr(cost, "cpu_vendor", lambda: vendor)
+    assert cost.shape_for(lm).t == list(cost.SHAPES[name])
+
+
+def test_only_amds_avx512_shape_has_2_3_rows_dearer_than_4_8():
+    amd = dict(zip(cost.GRID, cost.SHAPES["cpu-float32-avx512"]))
+    intel = dict(zip(cost.GRID, cost.SHAPES["cpu-float32-avx512-intel"]))
+    assert min(amd[2], amd[3]) > max(amd[4], amd[5], amd[6], amd[8])  # the dip the budget and the batch's padding use
+    assert intel[2] < intel[3] < intel[4] < intel[8]
+
+
+def test_a_width_is_trusted_once_its_knots_are_measured():
+    curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32-avx512"]), weight=cost.SHAPE_WEIGHT, scaled=False)
+    assert curve.trusted(8).tolist() == [True, True] + [False] * 7  # a shape: only the anchor
+    for _ in range(3):
+        curve.observe(4, 1.7)
+    assert curve.trusted(8)[4] and not curve.trusted(8)[2] and not curve.trusted(8)[5]
+    assert CostCurve([1, 2, 4], [1.0, 1.5, 1.4]).trusted(4).all()  # a stored curve, measured idle
+    assert not CostCurve([1, 2, 4], [1.0, 1.5, 1.4], weight=cost.BUSY_WEIGHT).trusted(4)[2:].any()
 
 
 def test_the_command_lines_sweep_only_with_calibrate(monkeypatch):

@@ -30,9 +30,11 @@ class Budgeted(Protocol):
 
 class BatchPadding:
     """A batch of drafters that each propose their own block. A batch forward pads every row's block to the
-    widest, q rows per sequence; it pads further, to q' rows, where the machine's curve says B q' rows cost
-    less than B q (`padded`: a CPU's BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from 4 to
-    3 is best fed 6). The curve is the machine's prior (`curve_for`), learned from the batch's own forwards."""
+    widest, q rows per sequence; it pads further, to q' rows, where the machine's measured curve says B q' rows
+    cost less than B q (`padded`: some CPUs' BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from
+    4 to 3 is best fed 6 there). The curve is the machine's prior (`curve_for`), learned from the batch's own
+    forwards; only widths it has measured are padded from or to, so a plain step is fed as batched greedy
+    decoding feeds it until a wider forward is measured to cost less."""
 
     def __init__(self):
         self.curve: CostCurve | None = None
@@ -44,9 +46,10 @@ class BatchPadding:
         return None
 
     def rows(self, batch: int, q: int) -> int:
-        """Rows per sequence to feed when the widest block has q rows: q, or more where that costs less."""
+        """Rows per sequence to feed when the widest block has q rows: q, or more where that costs measurably less."""
         top = 2 * q + 2
-        return int(padded(self.curve.table(batch * top)[batch * np.arange(1, top + 1)])[q - 1])
+        at = batch * np.arange(1, top + 1)
+        return int(padded(self.curve.table(batch * top)[at], self.curve.trusted(batch * top)[at])[q - 1])
 
     def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
         """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, emitting `tokens`
@@ -112,8 +115,9 @@ class BatchWidth(BatchPadding):
 
     def _seconds(self, b: int, top: int) -> np.ndarray:
         """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
-        seconds = self.curve.table(b * top, explore=True)[b * np.arange(1, top + 1)]
-        return np.concatenate([[np.inf], seconds[padded(seconds) - 1]])
+        at = b * np.arange(1, top + 1)
+        seconds = self.curve.table(b * top, explore=True)[at]
+        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at]) - 1]])
 
     def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) that emitted `tokens` over the batch

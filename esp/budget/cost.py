@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from esp.device import cpu_capability, native_bf16
+from esp.device import cpu_capability, cpu_vendor, native_bf16
 from esp.models.timing import CONTEXT, GRID, samples, spread
 from esp.paths import cache_root, write_atomic
 
@@ -64,13 +64,15 @@ PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that save
 
 # Default shapes, t(q) / t(1), where nothing is stored. CPU float32 with AVX2 kernels: a 2-core AVX2 CPU
 # (t(2) = 1.07, t(3) = 1.13, t(4) = 1.47, t(8) = 1.8, t(64) = 3.1), smoothed up a little. CPU float32 with AVX512
-# kernels: a float matmul of 2-3 rows runs a slower kernel than one of 4-8, so 2-3 rows cost more than 4-8 (the
-# measuring CPU: t(2) = 1.5, t(3) = 1.8, t(4..8) = 1.2-1.4, t(16) = 1.5; a 2-core AVX512 EPYC: 1.55, 2.05, 1.45-1.55,
-# 1.9); CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows; CUDA: a small model's forward reads
-# the weights once, so rows are nearly free.
+# kernels on an AMD CPU: a float matmul of 2-3 rows runs a slower kernel than one of 4-8, so 2-3 rows cost more
+# than 4-8 (a 2-core AVX512 EPYC: t(2) = 1.5-1.55, t(3) = 1.8-2.05, t(4..8) = 1.2-1.55, t(16) = 1.5-1.9); on an
+# Intel one they do not (a 2-core AMX Xeon, 2 threads, 2026-12-03: 1.2, 1.29, 1.73, 1.77, 1.77, 2.0, 2.26 at
+# 2-10 rows, 2.17 at 16, 5.38 at 128); CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows;
+# CUDA: a small model's forward reads the weights once, so rows are nearly free.
 SHAPES = {
     "cpu-float32": (1.0, 1.3, 1.4, 1.45, 1.5, 1.55, 1.7, 1.8, 1.9, 2.1, 2.25, 2.4, 2.7, 3.0, 3.3, 4.0, 4.6),
     "cpu-float32-avx512": (1.0, 1.5, 1.9, 1.4, 1.4, 1.45, 1.45, 1.6, 1.65, 1.75, 1.8, 1.9, 2.3, 2.9, 3.4, 4.6, 5.4),
+    "cpu-float32-avx512-intel": (1.0, 1.2, 1.3, 1.7, 1.75, 1.8, 2.0, 2.25, 2.25, 2.2, 2.3, 2.4, 2.7, 3.2, 3.8, 4.4, 5.4),
     "cpu-bfloat16": (1.0, 1.05, 1.08, 1.1, 1.12, 1.14, 1.18, 1.22, 1.26, 1.35, 1.45, 1.55, 1.75, 2.1, 2.5, 3.3, 4.0),
     "cuda": (1.0, 1.01, 1.02, 1.02, 1.03, 1.03, 1.04, 1.05, 1.06, 1.08, 1.1, 1.12, 1.15, 1.22, 1.3, 1.45, 1.6),
 }
@@ -136,13 +138,22 @@ class CostCurve:
         discount on knots of few samples (what the width choice reads; see the module's docstring)."""
         out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
         if explore and self.rate > 0:
-            d = np.array([0.0] + [EXPLORE * max(0.0, 1 - n / EXPLORE_N) for n in self.n[1:]])
-            if d.any():
-                w = np.clip(self._interp(d, upto), 0.0, EXPLORE)
-                w[: self.q[0] + 1] = 0.0  # the anchor's width is never discounted
-                out = out * (1 - w)
+            out = out * (1 - self._discount(upto))
         out[0] = 0.0
         return out
+
+    def trusted(self, upto: int) -> np.ndarray:
+        """For r = 0..upto, whether t(r) rests on measurements (EXPLORE_N samples at its knots, a stored sweep
+        measured idle counting as such) rather than on a shipped shape or a busy sweep."""
+        return self._discount(upto) == 0.0
+
+    def _discount(self, upto: int) -> np.ndarray:
+        """The exploration discount of r = 0..upto rows: EXPLORE on a knot with no samples, nothing from
+        EXPLORE_N on, interpolated between knots; never on the anchor's width."""
+        d = np.array([0.0] + [EXPLORE * max(0.0, 1 - n / EXPLORE_N) for n in self.n[1:]])
+        w = np.clip(self._interp(d, upto), 0.0, EXPLORE)
+        w[: self.q[0] + 1] = 0.0
+        return w
 
     def observe(self, rows: int, seconds: float) -> None:
         """Learn from one measured forward of `rows` rows: the level, then the width's knots (see above)."""
@@ -219,17 +230,24 @@ def shape_for(lm, key: str = "") -> CostCurve:
     native = dt != "bfloat16" or native_bf16()
     name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES and native else "cpu-float32"
     if name == "cpu-float32" and dt == "float32" and cpu_capability() == "AVX512":
-        name = "cpu-float32-avx512"
+        name = "cpu-float32-avx512-intel" if cpu_vendor() == "GenuineIntel" else "cpu-float32-avx512"
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 
 
-def padded(seconds) -> np.ndarray:
+def padded(seconds, trusted=None) -> np.ndarray:
     """For `seconds[i]`, the time of feeding i + 1 rows per sequence, the rows per sequence each width is best
     fed as: itself, or at most twice it plus two where that costs PAD_GAIN less (a CPU's curve can fall where
-    its BLAS switches kernels, at about 4 rows, so a narrow block padded with rows nobody reads is cheaper)."""
+    its BLAS switches kernels, at about 4 rows, so a narrow block padded with rows nobody reads is cheaper).
+    `trusted[i]` (default: all): whether seconds[i] was measured; a width is padded only from and to measured
+    ones, since a prior's kernel switch that this machine lacks would pad every step, and a padded width's
+    samples never correct the narrower width's price (a batch of two fed two rows each, 1.6x plain, for good)."""
     sec = np.asarray(seconds, dtype=np.float64)
+    if trusted is not None:
+        sec = np.where(np.asarray(trusted, dtype=bool), sec, np.inf)
     best = np.arange(1, sec.size + 1)
     for i in range(sec.size):
+        if not np.isfinite(sec[i]):
+            continue
         reach = sec[i : min(2 * i + 4, sec.size)]  # widths i+1 .. 2(i+1)+2
         j = int(reach.argmin())
         if reach[j] < (1 - PAD_GAIN) * sec[i]:
