@@ -253,7 +253,7 @@ class FakeClockWidth(BatchWidth):
     def observe(self, width, fed, tokens, seconds, timed):
         secs = self.price.predict(self.batch * fed)
         if width is not None:
-            self.book.append((self.batch * fed, tokens, secs))
+            self.book.append((self.batch * fed, sum(tokens), secs))
         super().observe(width, fed, tokens, secs, [])
 
 

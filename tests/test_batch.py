@@ -192,10 +192,10 @@ def _ctx(step: int) -> Context:
     return Context(lm=None, tokens=[1], n_prompt=1, sampling=esp.Sampling(), step=step, batched=True)
 
 
-def _width(planner: BatchWidth, rows: list, step: int) -> int | None:
+def _width(planner: BatchWidth, rows: list, step: int, refill: bool = False) -> int | None:
     """The one width `planner` gives every row of the batch `rows` at `step` (None: each row its own), checking
     that each row's budget hands back that row's own offer."""
-    budgets = planner.plan(rows, [_ctx(step)] * len(rows))
+    budgets = planner.plan(rows, [_ctx(step)] * len(rows), refill)
     if budgets is None:
         return None
     assert len({b.rows for b in budgets}) == 1 and all(b.offer is None or b.offer.tokens is r._offer for b, r in zip(budgets, rows))
@@ -217,10 +217,10 @@ def test_the_batch_budget_prices_the_whole_block_and_falls_back_to_plain_rows():
     # per-call loss cap: one step that lost a plain step's time leaves no room for another).
     row = _Offers(good, flat)
     for _ in range(3):
-        wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])  # plain steps: a second each
+        wide.observe(1, fed=1, tokens=[1] * 4, seconds=1.0, timed=[])  # plain steps: a second each
     drafted = 0
     while (w := _width(wide, [row] * 4, 5)) > 1 and drafted < 20:
-        wide.observe(w, fed=w, tokens=4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
+        wide.observe(w, fed=w, tokens=[1] * 4, seconds=2.0, timed=[])  # 4 rows, one token each, at twice a plain step's time
         drafted += 1
     asked = row.asked
     assert drafted == 1 and wide.backoff.cap.net == pytest.approx(1.0)
@@ -243,6 +243,31 @@ def test_the_bench_runs_the_questions_b_at_a_time_beside_batched_generate(tmp_pa
     assert "--batch 2" in data["meta"]["provenance"]["command"] and data["meta"]["provenance"]["machine"]["cpu"]
     assert run["generate()"]["per_prompt"] == run["ar"]["per_prompt"] == run["hybrid:bc=auto"]["per_prompt"]
     assert len(run["ar"]["per_prompt"]) == 3 and run["ar"]["batch"] == 2 and run["ar"]["tokens_per_s"] > 0
+    bench.main(["--questions", str(QUESTIONS), "--ids", ",".join(map(str, ids)), "--methods", "hybrid:bc=auto",
+                "--batch", "2", "--static", "--rounds", "1", "--max-new-tokens", "8", "--dtype", "float32",
+                "--json", str(out)])
+    data = json.loads(out.read_text())
+    (static,) = data["runs"]
+    assert data["meta"]["static"] and static["hybrid:bc=auto"]["per_prompt"] == run["generate()"]["per_prompt"]
+
+
+def test_a_static_batch_is_worth_its_least_served_row_and_a_refilled_one_its_sum():
+    """Eight rows, one copying its prompt (five tokens at two rows a sequence) and seven that nothing helps. With
+    prompts waiting, the copying row's early end frees its place: draft. Without, the batch lasts as long as the
+    seven: plain rows; and a drafted step is booked at its least-served row's tokens, not the mean."""
+    curve = CostCurve([1, 256], [1.0, 4.0])
+    copying = _Offers(np.array([0.0, 1.0, 5.0, 6.0, 7.0]), curve)
+    stuck = _Offers(np.array([0.0, 1.0, 1.0, 1.0, 1.0]), curve)
+    rows = [copying] + [stuck] * 7
+    assert _width(BatchWidth(), rows, 1, refill=True) > 1
+    assert _width(BatchWidth(), rows, 1, refill=False) == 1
+    static, refilled = BatchWidth(), BatchWidth()
+    for planner, refill in ((static, False), (refilled, True)):
+        _width(planner, rows, 1, refill)
+        planner.observe(1, fed=1, tokens=[1] * 8, seconds=1.0, timed=[])
+        planner.observe(2, fed=2, tokens=[5] + [1] * 7, seconds=1.2, timed=[])
+    assert static.backoff.cap.net == pytest.approx(0.2)  # 1.2 plain steps' time for one token a row
+    assert refilled.backoff.cap.net == pytest.approx(1.2 - 12 / 8)
 
 
 def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
@@ -255,7 +280,7 @@ def test_where_one_row_is_best_the_batch_asks_for_offers_ever_more_rarely():
         assert _width(wide, [row] * 4, step) == 1
         if row.asked > before:
             asked_at.append(step)
-        wide.observe(1, fed=1, tokens=4, seconds=1.0, timed=[])
+        wide.observe(1, fed=1, tokens=[1] * 4, seconds=1.0, timed=[])
     assert asked_at[:5] == [1, 3, 6, 11, 20]  # waits of 1, 2, 4, 8 plain steps, then at most REST_MAX
     assert all(b - a <= BatchWidth.REST_MAX + 1 for a, b in zip(asked_at, asked_at[1:]))
 
@@ -264,7 +289,7 @@ class _FourRows:
     """A new batch budget, written against the drafter interface alone (esp.budget.batch.Budgeted): four rows
     per sequence after the prefill, each row filling them from its own offer."""
 
-    def plan(self, drafters, ctxs):
+    def plan(self, drafters, ctxs, refill=False):
         return None if ctxs[0].step == 0 else [Budget(rows=4, offer=d.offer(c)) for d, c in zip(drafters, ctxs)]
 
     def rows(self, batch: int, q: int) -> int:

@@ -27,7 +27,7 @@ def fake(monkeypatch):
         now[0] += 2.0 * len(group)
         return [([1, 2, 3], 3) for _ in group]
 
-    def engine(lm, part, spec, b, n):
+    def engine(lm, part, spec, b, n, static=False):
         now[0] += pace[0](calls.count(spec)) * len(part)
         calls.append(spec)
         return [([1, 2, 3], 2) for _ in part]
@@ -66,6 +66,37 @@ def test_the_report_gives_the_median_and_range_in_the_table_and_the_json(fake, t
         assert key in data["runs"][0][A]
     assert "| 2 | ar |" in capsys.readouterr().out and "| 2.000 | 1.333-2.000 |" in batch.table(runs)
     assert "2.00x [1.33-2.00]" in report.batch_table({"methods": [A]}, [data])
+
+
+def test_static_batches_are_generates_groups_each_run_to_its_end(monkeypatch):
+    """--static: the engine decodes the groups generate() gets (a group of one alone, as esp.decode does); by
+    default every prompt of the part is handed over at once, `batch` of them in flight."""
+    from types import SimpleNamespace
+
+    made = []
+
+    class Alone:
+        def __init__(self, lm, drafter, **kw):
+            made.append(("alone", None))
+
+        def generate(self, prompt):
+            return SimpleNamespace(tokens=prompt, summary=SimpleNamespace(forwards=len(prompt)))
+
+    class Together:
+        def __init__(self, lm, drafters, batch_size=None, **kw):
+            made.append(("batch", len(drafters), batch_size))
+
+        def generate(self, prompts):
+            return [SimpleNamespace(tokens=p, summary=SimpleNamespace(forwards=len(p))) for p in prompts]
+
+    monkeypatch.setattr(batch, "Decoder", Alone)
+    monkeypatch.setattr(batch, "BatchDecoder", Together)
+    prompts = [[i] for i in range(7)]
+    assert batch._engine(None, prompts, "ar", 3, 8, static=True) == [([i], 1) for i in range(7)]
+    assert made == [("batch", 3, 3), ("batch", 3, 3), ("alone", None)]
+    made.clear()
+    assert batch._engine(None, prompts, "ar", 3, 8) == [([i], 1) for i in range(7)]
+    assert made == [("batch", 7, 3)]
 
 
 def test_old_batch_files_without_rounds_still_render():

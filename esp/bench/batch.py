@@ -71,11 +71,12 @@ ROUNDS = 3  # rounds over every prompt per batch size (the bench's --rounds)
 
 
 def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, max_new_tokens: int,
-               rounds: int = ROUNDS) -> dict[str, BatchRun]:
+               rounds: int = ROUNDS, static: bool = False) -> dict[str, BatchRun]:
     """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order,
     `rounds` times. generate() runs each group of `batch` prompts to its end (static batches, as its users run
     it); the engine keeps `batch` prompts in flight, the next one joining as a row ends (`BatchDecoder`'s
-    batch_size). They are interleaved per part of CHUNK batches, in ABBA order (generate(), the methods, then the
+    batch_size), or with `static` runs the same groups as generate() does, each to its end (what `esp.decode` and
+    `custom_generate` do with a batch). They are interleaved per part of CHUNK batches, in ABBA order (generate(), the methods, then the
     methods in reverse and generate(), part after part), so that a drift of machine speed moves every row alike
     and each round's ratio is a fair pair. Every prompt gets a fresh drafter; the tokens kept are the first round's."""
     runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
@@ -91,7 +92,7 @@ def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, m
                 if name == GENERATE:
                     got = [row for group in chunks(part, batch) for row in _generate(lm, group, max_new_tokens)]
                 else:
-                    got = _engine(lm, part, name, batch, max_new_tokens)
+                    got = _engine(lm, part, name, batch, max_new_tokens, static)
                 run.rounds[-1] += time.perf_counter() - start
                 if r == 0:
                     for tokens, forwards in got:
@@ -100,14 +101,19 @@ def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, m
     return runs
 
 
-def _engine(lm: LM, prompts: list[list[int]], spec: str, batch: int, max_new_tokens: int) -> list[tuple[list[int], int]]:
-    """The prompts through the engine, `batch` in flight (batch 1: the one-row loop, as a caller of one prompt gets it)."""
-    if batch == 1:
-        gens = [Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False).generate(p)
-                for p in prompts]
-    else:
-        drafters, planner = build_batch(spec, len(prompts))
-        gens = BatchDecoder(lm, drafters, max_new_tokens=max_new_tokens, planner=planner, batch_size=batch).generate(prompts)
+def _engine(lm: LM, prompts: list[list[int]], spec: str, batch: int, max_new_tokens: int,
+            static: bool = False) -> list[tuple[list[int], int]]:
+    """The prompts through the engine, `batch` in flight, or (`static`) in groups of `batch` each run to its end; a
+    group of one runs the one-row loop, as `esp.decode` gives a caller of one prompt."""
+    gens = []
+    for group in chunks(prompts, batch) if static or batch == 1 else [prompts]:
+        if len(group) == 1:
+            gens.append(Decoder(lm, build(spec), max_new_tokens=max_new_tokens, trace_mask=False, timings=False)
+                        .generate(group[0]))
+        else:
+            drafters, planner = build_batch(spec, len(group))
+            gens += BatchDecoder(lm, drafters, max_new_tokens=max_new_tokens, planner=planner,
+                                 batch_size=batch).generate(group)
     return [(g.tokens, g.summary.forwards) for g in gens]
 
 
@@ -158,22 +164,24 @@ def parse_batches(value: str) -> list[int]:
 
 
 def report(lm: LM, prompts: list[list[int]], specs: list[str], batches: list[int], max_new_tokens: int,
-           json_path: str | None = None, meta: dict | None = None, rounds: int = ROUNDS) -> list[dict[str, BatchRun]]:
-    """The bench's --batch: every batch size in turn, generate() beside the methods in `rounds` interleaved rounds;
-    prints each table as it ends and writes every run (per-prompt tokens, each round's seconds and each method's
-    ratio to generate(), `x_generate`: median, min, max, per round) to `json_path`."""
+           json_path: str | None = None, meta: dict | None = None, rounds: int = ROUNDS,
+           static: bool = False) -> list[dict[str, BatchRun]]:
+    """The bench's --batch: every batch size in turn, generate() beside the methods in `rounds` interleaved rounds
+    (`static`: the engine on generate()'s static batches); prints each table as it ends and writes every run
+    (per-prompt tokens, each round's seconds and each method's ratio to generate(), `x_generate`: median, min,
+    max, per round) to `json_path`."""
     import json
     from pathlib import Path
 
     throughput(lm, prompts[:2], specs, min(2, len(prompts)), 8, rounds=1)  # warm-up: kernels, allocator
     runs = []
     for b in batches:
-        runs.append(throughput(lm, prompts, specs, b, max_new_tokens, rounds))
+        runs.append(throughput(lm, prompts, specs, b, max_new_tokens, rounds, static))
         print(table(runs[-1:]), flush=True)
     if json_path:
         Path(json_path).write_text(json.dumps({"meta": {**(meta or {}), "model": lm.name, "dtype": str(lm.dtype),
                                                         "max_new_tokens": max_new_tokens, "prompts": len(prompts),
-                                                        "rounds": rounds},
+                                                        "rounds": rounds, "static": static},
                                                "runs": [_to_dict(r) for r in runs]}))
     return runs
 

@@ -549,6 +549,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=batch.ROUNDS,
                    help="with --batch: rounds over every prompt per batch size, interleaved ABBA with generate(); the "
                         f"table and the JSON give the median ratio and its range over rounds (default {batch.ROUNDS})")
+    p.add_argument("--static", action="store_true",
+                   help="with --batch: the engine gets generate()'s static batches of B, each run to its end, as "
+                        "esp.decode and custom_generate take a batch (default: B prompts in flight, the next "
+                        "joining as a row ends)")
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
@@ -592,7 +596,7 @@ def _throughput(a: argparse.Namespace, specs: list[str], questions: list[dict], 
     lm = load_model(a)
     prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
     runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions},
-                        rounds=a.rounds)
+                        rounds=a.rounds, static=a.static)
     if a.markdown:
         Path(a.markdown).write_text(batch.table(runs) + "\n")
 

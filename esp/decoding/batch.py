@@ -72,22 +72,23 @@ class BatchDecoder:
                 runs.update((i, Run(self.rows[i], prompts[i], batched=True)) for i in new)
                 for group in _prefill_groups(new, [len(prompts[i]) for i in new]):
                     joining = lm.new_cache()
-                    yield from self._step(group, runs, joining, timer)
+                    yield from self._step(group, runs, joining, timer, bool(waiting))
                     group = _drop_done(group, runs, joining)
                     if group:
                         cache = kvcache.append(cache, joining) if live else joining
                     live += group
             else:
-                yield from self._step(live, runs, cache, timer)
+                yield from self._step(live, runs, cache, timer, bool(waiting))
                 live = _drop_done(live, runs, cache)
 
-    def _step(self, rows: list[int], runs: dict[int, Run], cache, timer: ForwardTimer | None) -> Iterator[tuple[int, StepTrace]]:
+    def _step(self, rows: list[int], runs: dict[int, Run], cache, timer: ForwardTimer | None,
+              refill: bool) -> Iterator[tuple[int, StepTrace]]:
         """One forward for the prompts `rows` (whose runs hold `cache`'s rows in order): draft, feed, verify and
-        commit each row, yielding (prompt index, trace) per row."""
+        commit each row, yielding (prompt index, trace) per row. `refill`: prompts wait for a row's place."""
         lm, planner = self.lm, self.planner
         start = time.perf_counter()
         here = [runs[i] for i in rows]
-        budgets = planner.plan([r.dec.drafter for r in here], [r.ctx for r in here]) if planner else None
+        budgets = planner.plan([r.dec.drafter for r in here], [r.ctx for r in here], refill) if planner else None
         for b, run in enumerate(here):
             run.begin(None if budgets is None else budgets[b])
         prefill = any(run.lead for run in here)
@@ -103,10 +104,10 @@ class BatchDecoder:
         logits = self._head(hidden, here)
         timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
         kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
-        emitted = 0
+        emitted = []
         for b, (run, lg) in enumerate(zip(here, logits)):
             trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, keep: kept.append((past, keep)))
-            emitted += len(trace.emitted)
+            emitted.append(len(trace.emitted))
             yield rows[b], trace
         kvcache.commit_rows(cache, kept, cache.get_seq_length() - hidden.shape[1])
         if planner is not None:

@@ -153,12 +153,13 @@ class BatchPlanner(Protocol):
     """The widths of a batch's forwards: a batch forward pads each row's block to the widest, so widths are
     chosen for the batch as a whole (esp.budget.batch: BatchWidth for bc=auto, BatchPadding otherwise)."""
 
-    def plan(self, drafters: list[Drafter], ctxs: list[Context]) -> list[Budget] | None:
-        """Each row's budget this step, in row order (None: each drafter chooses its own block)."""
+    def plan(self, drafters: list[Drafter], ctxs: list[Context], refill: bool = False) -> list[Budget] | None:
+        """Each row's budget this step, in row order (None: each drafter chooses its own block). `refill`: prompts
+        wait to take the place of a row that ends (else the batch lasts as long as its slowest row)."""
 
     def rows(self, batch: int, q: int) -> int:
         """Rows per sequence to feed when the widest block has q: q, or more where a wider forward costs less."""
 
-    def observe(self, width: int | None, fed: int, tokens: int, seconds: float, timed: list) -> None:
-        """Book the step: the width chosen, the rows per sequence fed, the tokens all rows emitted, its wall
-        seconds, and the (rows, seconds) of the forwards timed by now."""
+    def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
+        """Book the step: the width chosen, the rows per sequence fed, the tokens each row emitted (row order),
+        its wall seconds, and the (rows, seconds) of the forwards timed by now."""
