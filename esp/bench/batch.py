@@ -75,10 +75,10 @@ def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, m
     """Every method of `specs` and batched `generate()` over `prompts`, `batch` at a time, in question order,
     `rounds` times. generate() runs each group of `batch` prompts to its end (static batches, as its users run
     it); the engine keeps `batch` prompts in flight, the next one joining as a row ends (`BatchDecoder`'s
-    batch_size), or with `static` runs the same groups as generate() does, each to its end (what `esp.decode` and
-    `custom_generate` do with a batch). They are interleaved per part of CHUNK batches, in ABBA order (generate(), the methods, then the
-    methods in reverse and generate(), part after part), so that a drift of machine speed moves every row alike
-    and each round's ratio is a fair pair. Every prompt gets a fresh drafter; the tokens kept are the first round's."""
+    batch_size), or with `static` runs the same groups as generate() does, each to its end (what `esp.decode`
+    and `custom_generate` do with a batch). They are interleaved per part of CHUNK batches, in ABBA order
+    (generate(), the methods, then the methods in reverse and generate(), part after part), so that a drift of
+    machine speed moves every row alike and each round's ratio is a fair pair. Every prompt gets a fresh drafter; the tokens kept are the first round's."""
     runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
     names = list(runs)
     parts = chunks(prompts, batch if batch == 1 else CHUNK * batch)
