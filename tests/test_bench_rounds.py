@@ -99,6 +99,15 @@ def test_static_batches_are_generates_groups_each_run_to_its_end(monkeypatch):
     assert made == [("batch", 7, 3)]
 
 
+def test_a_batch_table_of_two_files_stacks_them_with_their_dtype():
+    def run(dtype, x):
+        return {"meta": {"dtype": f"torch.{dtype}"}, "runs": [{G: {"batch": 2, "tokens_per_s": 10.0, "tau": 1.0, "per_prompt": [[1]]},
+                                                               A: {"batch": 2, "tokens_per_s": 10.0 * x, "tau": 1.0, "per_prompt": [[1]]}}]}
+    page = report.batch_table({"methods": [A]}, [run("float32", 1.1), run("bfloat16", 0.9)])
+    assert "| dtype | B |" in page and "| float32 | 2 | 10.0 | 1.10x" in page and "| bfloat16 | 2 | 10.0 | 0.90x" in page
+    assert "dtype" not in report.batch_table({"methods": [A]}, [run("float32", 1.1)])
+
+
 def test_old_batch_files_without_rounds_still_render():
     old = {"runs": [{G: {"batch": 4, "tokens_per_s": 10.0, "tau": 1.0, "per_prompt": [[1]]},
                      A: {"batch": 4, "tokens_per_s": 9.7, "tau": 1.0, "per_prompt": [[1]]}}]}
