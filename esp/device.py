@@ -40,7 +40,7 @@ def read_all(parts: list[torch.Tensor]) -> list[list]:
     return out
 
 
-def _cpuinfo(field: str) -> str:
+def cpuinfo(field: str) -> str:
     """The first value of `field` in /proc/cpuinfo ("" where there is none)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -52,12 +52,12 @@ def _cpuinfo(field: str) -> str:
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
-    return set(_cpuinfo("flags").split())
+    return set(cpuinfo("flags").split())
 
 
 def cpu_vendor() -> str:
     """Who made the CPU, as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"; "" where unknown)."""
-    return _cpuinfo("vendor_id")
+    return cpuinfo("vendor_id")
 
 
 def cpu_capability() -> str:

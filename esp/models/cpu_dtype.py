@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from esp.device import NATIVE, cpu_flags, native_bf16
+from esp.device import NATIVE, cpu_flags, cpuinfo, native_bf16
 from esp.paths import cache_root, write_atomic
 
 FASTER = 1.1  # bfloat16 is kept only when the check finds it at least this much faster
@@ -30,12 +30,7 @@ CHECK_REPEATS = 3  # ... this many timings per width
 
 
 def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        name = next(ln.partition(":")[2].strip() for ln in text.splitlines() if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or platform.machine()
-    return name
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def verdict_path(model_name: str) -> Path:
