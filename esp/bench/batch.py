@@ -38,7 +38,8 @@ class BatchRun:
         return sum(len(t) for t in self.tokens)
 
     def ratios(self, ref: "BatchRun") -> list[float]:
-        """This run's tokens/s over `ref`'s, round by round (the rounds interleave, so each pair shares a machine state)."""
+        """This run's tokens/s over `ref`'s, round by round (the rounds interleave, so each pair shares a machine
+        state)."""
         return [(self.n_tokens / a) / (ref.n_tokens / b) for a, b in zip(self.rounds, ref.rounds) if a > 0 and b > 0]
 
     @property
@@ -78,7 +79,8 @@ def throughput(lm: LM, prompts: list[list[int]], specs: list[str], batch: int, m
     batch_size), or with `static` runs the same groups as generate() does, each to its end (what `esp.decode`
     and `custom_generate` do with a batch). They are interleaved per part of CHUNK batches, in ABBA order
     (generate(), the methods, then the methods in reverse and generate(), part after part), so that a drift of
-    machine speed moves every row alike and each round's ratio is a fair pair. Every prompt gets a fresh drafter; the tokens kept are the first round's."""
+    machine speed moves every row alike and each round's ratio is a fair pair. Every prompt gets a fresh drafter;
+    the tokens kept are the first round's."""
     runs = {name: BatchRun(name, batch) for name in [GENERATE, *specs]}
     names = list(runs)
     parts = chunks(prompts, batch if batch == 1 else CHUNK * batch)

@@ -83,16 +83,17 @@ def batch_table(entry: dict, data: list[dict]) -> str:
     """esp.bench --batch: a row per batch size, each method's tokens/s over batched generate()'s (tau), and the rows
     whose tokens equal generate()'s; several files (a run per dtype) stack, with a dtype column."""
     methods = entry.get("methods") or [m for m in data[0]["runs"][0] if m != "generate()"]
-    dtype = [[str(run.get("meta", {}).get("dtype", "")).removeprefix("torch.")] if len(data) > 1 else [] for run in data]
+    several = len(data) > 1
     rows = []
-    for run, first in zip(data, dtype):
+    for run in data:
+        first = [str(run.get("meta", {}).get("dtype", "")).removeprefix("torch.")] if several else []
         for by in run["runs"]:
             ref = by["generate()"]
             same = [f"{sum(a == b for a, b in zip(by[m]['per_prompt'], ref['per_prompt']))}" for m in methods]
             rows.append(first + [str(ref["batch"]), f"{ref['tokens_per_s']:.1f}"]
                         + [f"{_ratio(by[m], ref)} ({t.tau(by[m]['tau'])})" for m in methods]
                         + [" / ".join(same) + f" of {len(ref['per_prompt'])}"])
-    head = (["dtype"] if len(data) > 1 else []) + ["B", "`generate()` tok/s"]
+    head = (["dtype"] if several else []) + ["B", "`generate()` tok/s"]
     head += [f"`{m}` x `generate()` (tau)" for m in methods] + ["rows = `generate()`"]
     return t.markdown(head, rows)
 

@@ -97,14 +97,15 @@ class BatchWidth(BatchPadding):
             self.curve = drafters[0].curve.copy()
         if ctxs[0].step == 0:
             return None
-        if len(drafters) != self.batch:  # rows left or joined: plain steps cost something else now
-            b, was, t1 = len(drafters), self.batch, self.backoff.t1
+        b = len(drafters)
+        if b != self.batch:  # rows left or joined: plain steps cost something else now
+            was, t1 = self.batch, self.backoff.t1
             # Scaled by the curve until the next plain step is measured, rather than forgotten: with t1 unknown,
             # a drafted step's loss would be the curve's prediction alone, blind to the offers' host time.
             self.backoff.t1 = None if t1 is None or not was else t1 * (
                 self.curve.predict(b * self.rows(b, 1)) / self.curve.predict(was * self.rows(was, 1)))
             self.batch, self.backoff.n1 = b, 0
-        if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(len(drafters), self.REST_MAX)):
+        if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(b, self.REST_MAX)):
             self.left = max(self.left - 1, 0)
             return [Budget(rows=1) for _ in drafters]
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]

@@ -181,7 +181,8 @@ class Backoff:
     exceeded its w(r) (the curve's error and the drafting's host time: at most one step's worst case). In
     seconds: a call of n steps whose drafts never pay runs at most (eps n + L0 + x) t1 slower than plain
     decoding, plain steps taken as this drafter takes them (t1 is its one-row steps' time, tree grown or not);
-    the prefill and the drafter's per-call start are outside it. Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
+    the prefill and the drafter's per-call start are outside it. Gains earned earlier fund later probes, so
+    drafts that pay are never throttled by the cap.
     Defaults: eps = LOSS_SHARE (3%), L0 = LOSS_START (half a plain step).
     """
 
