@@ -49,7 +49,10 @@ class BatchPadding:
         """Rows per sequence to feed when the widest block has q rows: q, or more where that costs measurably less."""
         top = 2 * q + 2
         at = batch * np.arange(1, top + 1)
-        return int(padded(self.curve.table(batch * top)[at], self.curve.trusted(batch * top)[at])[q - 1])
+        trusted = self.curve.trusted(batch * top)[at]
+        if not (trusted[q - 1] and trusted[q:].any()):  # nothing measured to pad from or to: q (the usual case)
+            return q
+        return int(padded(self.curve.table(batch * top)[at], trusted)[q - 1])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, its rows emitting

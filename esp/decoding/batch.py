@@ -13,6 +13,7 @@ answers end at different steps.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from typing import Iterator
@@ -22,6 +23,7 @@ import torch
 from esp.decoding.drafter import BatchPlanner, Drafter
 from esp.decoding.engine import Decoder, Generation, Run, lead_mask
 from esp.decoding.timer import ForwardTimer, Phases
+from esp.decoding.verify import top_rows
 from esp.errors import ESPError
 from esp.models import kvcache
 from esp.models.lm import LM
@@ -101,12 +103,13 @@ class BatchDecoder:
         if timer is not None:
             timer.start()
         hidden, _ = lm.forward(embeds, positions, mask, cache)
-        logits = self._head(hidden, here)
+        logits, tops = self._head(hidden, here)
         timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
         kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
         emitted = []
-        for b, (run, lg) in enumerate(zip(here, logits)):
-            trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, keep: kept.append((past, keep)))
+        for b, (run, lg, top) in enumerate(zip(here, logits, tops)):
+            trace = run.finish(hidden[b, : run.width], None, lg, timed, lambda past, keep: kept.append((past, keep)),
+                               top)
             emitted.append(len(trace.emitted))
             yield rows[b], trace
         kvcache.commit_rows(cache, kept, cache.get_seq_length() - hidden.shape[1])
@@ -139,14 +142,20 @@ class BatchDecoder:
             mask[b, 0, :w, slots : slots + w] = block
         return embeds, positions, mask
 
-    def _head(self, hidden: torch.Tensor, runs: list[Run]) -> list[torch.Tensor]:
-        """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch."""
+    def _head(self, hidden: torch.Tensor, runs: list[Run]) -> tuple[list[torch.Tensor], list[list[list[float]]]]:
+        """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch, and their
+        best ids and logits (`top_rows`), from one top-k and one host read for the batch: per row, a top-k
+        and a read of its own cost more host time than batched greedy decoding's whole step does."""
         q = hidden.shape[1]
         if q == 1:  # a plain step: every row's one row
-            return list(self.lm.head(hidden[:, 0]).split(1))
+            logits = self.lm.head(hidden[:, 0])
+            return list(logits.split(1)), [[row] for row in top_rows(logits)]
         idx = torch.cat([torch.arange(run.lead, run.lead + run.head_rows) + b * q for b, run in enumerate(runs)])
         logits = self.lm.head(hidden.reshape(-1, hidden.shape[-1])[idx.to(hidden.device)])
-        return list(logits.split([run.head_rows for run in runs]))
+        sizes = [run.head_rows for run in runs]
+        top = top_rows(logits)  # a hybrid's mask rows too: reading them costs less than gathering the nodes out
+        return list(logits.split(sizes)), [top[a : a + run.lay.n_nodes]
+                                           for a, run in zip(itertools.accumulate([0, *sizes]), runs)]
 
     def generate(self, prompts: list[list[int]]) -> list[Generation]:
         """Run every prompt to its end: one Generation per prompt, in order (seconds: the batch's wall time)."""
