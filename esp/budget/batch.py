@@ -32,9 +32,10 @@ class BatchPadding:
     """A batch of drafters that each propose their own block. A batch forward pads every row's block to the
     widest, q rows per sequence; it pads further, to q' rows, where the machine's measured curve says B q' rows
     cost less than B q (`padded`: some CPUs' BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from
-    4 to 3 is best fed 6 there). The curve is the machine's prior (`curve_for`), learned from the batch's own
-    forwards; only widths it has measured are padded from or to, so a plain step is fed as batched greedy
-    decoding feeds it until a wider forward is measured to cost less."""
+    4 to 3 is best fed 6 there; a static batch whose rows end early falls to such widths). The curve is the
+    machine's prior (`curve_for`), learned from the batch's own forwards; a width is padded only once it is measured,
+    to a measured one or to one the curve's exploration price says may cost less (then measured too), so a plain
+    step is fed as batched greedy decoding feeds it until a wider forward is measured, or hoped, to cost less."""
 
     def __init__(self):
         self.curve: CostCurve | None = None
@@ -50,9 +51,10 @@ class BatchPadding:
         top = 2 * q + 2
         at = batch * np.arange(1, top + 1)
         trusted = self.curve.trusted(batch * top)[at]
-        if not (trusted[q - 1] and trusted[q:].any()):  # nothing measured to pad from or to: q (the usual case)
+        if not trusted[q - 1]:  # q rows not measured yet: nothing to pad from (the first steps at a batch size)
             return q
-        return int(padded(self.curve.table(batch * top)[at], trusted)[q - 1])
+        curve = self.curve
+        return int(padded(curve.table(batch * top)[at], trusted, curve.table(batch * top, explore=True)[at])[q - 1])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, its rows emitting
@@ -130,7 +132,7 @@ class BatchWidth(BatchPadding):
         """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
         at = b * np.arange(1, top + 1)
         seconds = self.curve.table(b * top, explore=True)[at]
-        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at]) - 1]])
+        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at], seconds) - 1]])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) whose rows emitted `tokens` in

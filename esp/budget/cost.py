@@ -272,21 +272,23 @@ def shape_for(lm, key: str = "") -> CostCurve:
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 
 
-def padded(seconds, trusted=None) -> np.ndarray:
+def padded(seconds, trusted=None, hoped=None) -> np.ndarray:
     """For `seconds[i]`, the time of feeding i + 1 rows per sequence, the rows per sequence each width is best
     fed as: itself, or at most twice it plus two where that costs PAD_GAIN less (a CPU's curve can fall where
     its BLAS switches kernels, at about 4 rows, so a narrow block padded with rows nobody reads is cheaper).
-    `trusted[i]` (default: all): whether seconds[i] was measured; a width is padded only from and to measured
-    ones, since a prior's kernel switch that this machine lacks would pad every step, and a padded width's
-    samples never correct the narrower width's price (a batch of two fed two rows each, 1.6x plain, for good)."""
+    `trusted[i]` (default: all): whether seconds[i] was measured; a width is padded only from a measured one, and to
+    a measured one, or to one whose hoped-for price `hoped[j]` (the curve's exploration price) says it may be
+    cheaper: then its samples measure it, and padding stays only where it measured cheaper. Padding from a width on a
+    prior's word alone would never correct that width's price (a batch of two fed two rows each, 1.6x plain, for
+    good); a padded width that is dearer than hoped is corrected by its own samples."""
     sec = np.asarray(seconds, dtype=np.float64)
-    if trusted is not None:
-        sec = np.where(np.asarray(trusted, dtype=bool), sec, np.inf)
+    known = np.ones(sec.size, dtype=bool) if trusted is None else np.asarray(trusted, dtype=bool)
+    to = np.where(known, sec, np.inf)
+    if hoped is not None:
+        to = np.minimum(to, np.asarray(hoped, dtype=np.float64))
     best = np.arange(1, sec.size + 1)
-    for i in range(sec.size):
-        if not np.isfinite(sec[i]):
-            continue
-        reach = sec[i : min(2 * i + 4, sec.size)]  # widths i+1 .. 2(i+1)+2
+    for i in np.flatnonzero(known):
+        reach = np.concatenate([[sec[i]], to[i + 1 : min(2 * i + 4, sec.size)]])  # widths i+1 .. 2(i+1)+2
         j = int(reach.argmin())
         if reach[j] < (1 - PAD_GAIN) * sec[i]:
             best[i] = i + 1 + j
