@@ -547,6 +547,12 @@ def parser() -> argparse.ArgumentParser:
                         "a run started again with the same arguments resumes there")
     p.add_argument("--by-position", action="store_true",
                    help="also report tau and seconds per step by answer position (buckets of 128 tokens)")
+    add_batch_args(p)
+    return p
+
+
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    """The throughput options (--batch, --rounds, --static) and where the results go."""
     p.add_argument("--batch", metavar="B[,B...]",
                    help="throughput instead: the questions' first turns B at a time, in question order, every method "
                         "beside transformers' batched generate() at the same B (e.g. 1,4,16); tau stays per row")
@@ -560,7 +566,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
-    return p
 
 
 def _checked(a: argparse.Namespace) -> tuple[list[str], dict[str, "Drafters"], list[dict]]:
