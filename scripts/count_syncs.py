@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
+from esp.bench.provenance import provenance
+
 READS = frozenset({"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy", "equal"})
 METHODS = "ar,esp:k=2:bc=60,esp:k=2:bc=60:tree=dynamic,pld,stand,lade,tr,hybrid:bc=60,hybrid:bc=auto"
 
@@ -159,7 +161,8 @@ def main() -> None:
 
         lm = load(a.model, device="cuda" if a.cuda else "cpu")
         prompt = lm.chat_ids("Write a Python function that returns the first n prime numbers, with a docstring.")
-    out = {"model": lm.name, "device": str(lm.device), "tokens": a.tokens, "methods": {}}
+    out = {"provenance": provenance(None, "python -m scripts.count_syncs"), "model": lm.name, "device": str(lm.device),
+           "tokens": a.tokens, "methods": {}}
     print(f"host sync points per decoding step ({lm.name} on {lm.device}, {a.tokens} tokens)")
     for spec in a.methods.split(","):
         r = count(lm, spec, prompt, a.tokens)

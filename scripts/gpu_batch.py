@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from esp.bench.overhead import random_lm
+from esp.bench.provenance import provenance
 from esp.bench.shapes import llama_1b
 from esp.decoding.batch import BatchDecoder
 from esp.decoding.engine import Decoder
@@ -111,7 +112,7 @@ def main() -> None:
                        batch[0], tokens, 2 if a.tiny else 6)
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"device": name, "torch": torch.__version__, "tokens": tokens, "batch": rows,
+    Path(a.json).write_text(json.dumps({"provenance": provenance(None, "python -m scripts.gpu_batch"), "device": name, "torch": torch.__version__, "tokens": tokens, "batch": rows,
                                         "custom_generate": through, "generate_s": round(plain_s, 4),
                                         "views": views}, indent=1))
     sys.exit(0 if ok else 1)
