@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from esp.trace import ACCEPTED, PRUNED, REJECTED, ROOT, StepTrace
+from esp.trace import ACCEPTED, PRUNED, REJECTED, StepTrace
 
 from .common import accepted_nodes, as_steps, own_kind, walk_end
 from .cost_view import step_width
@@ -22,7 +22,8 @@ def _names(items: list[str]) -> str:
 
 
 def tree_text(step: StepTrace) -> str:
-    """'Draft tree, step 7: 9 drafts fed, 2 accepted (“way”, “sunlight”), then the bonus “interacts”. Level 1: …'"""
+    """The tree's drafts, verdicts and levels: 'Draft tree, step 7: 9 drafts fed, 2 accepted (“way”,
+    “sunlight”), then the bonus “interacts”. Level 1: “way” 0.38 kept, …'"""
     head = f"Draft tree, step {step.step}"
     if step.prefill:
         return f"{head}: the prefill, no draft yet."
@@ -63,7 +64,8 @@ def eye_text(step: StepTrace) -> str:
     row = len(step.accepted)
     pairs = eye_pairs(step, row)
     if not pairs:
-        return f"The verifier's eye, step {step.step}: {NO_EYE if not step.eye else 'no record where the walk stopped.'}"
+        why = NO_EYE if not step.eye else "no record where the walk stopped."
+        return f"The verifier's eye, step {step.step}: {why}"
     texts = token_texts(step)
     top = [f"{quote(texts[t]) if t in texts else f'token #{t}'} {p:.2f}" for t, p in pairs]
     where = quote(path[row].text) if row < len(path) else f"row {row}"

@@ -11,10 +11,10 @@ from esp.trace import PRUNED, ROOT, StepTrace
 
 from .common import accepted_nodes, as_steps, own_kind, show_ws
 from .lens_view import commit_layer, resolved
-from .story import quote, word
+from .story import fed_level, quote, word
 
-CONTEXT_CHARS = 60
-MIN_PHRASE = 5  # a phrase shorter than this ("of a") is in most texts: no hint  # the text before the step shown above the guess tree, its last characters
+CONTEXT_CHARS = 60  # the text before the step shown above the guess tree, its last characters
+MIN_PHRASE = 5  # a phrase shorter than this ("of a") is in most texts: no hint
 # Said once, before the first guess: where the trace's own evidence sits.
 NOTICE = ("Good guessers look at the number under each draft (how sure the masks were: the product along its "
           "branch), at words the text already used, and at the Mask Lens of the step before.")
@@ -39,7 +39,7 @@ def hints(steps: Sequence[StepTrace | dict], i: int, meta: Mapping | None = None
     steps = as_steps(steps)
     step, meta = steps[i], meta or {}
     out = []
-    first = [n for n in step.nodes if n.depth == 1 and n.row is not None]
+    first = fed_level(step, 1)
     kept = accepted_nodes(step)
     if first:
         best = max(first, key=lambda n: n.cum_prob)

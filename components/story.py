@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence
 
-from esp.trace import ESP, StepTrace
+from esp.trace import ESP, NodeTrace, StepTrace
 
 from .common import accepted_nodes, as_steps, own_kind, show_ws, walk_end, BONUS
 from .cost_view import step_width
@@ -62,7 +62,8 @@ def _so_far(steps: list[StepTrace], i: int) -> str:
     return ("…" if len(words) > CONTEXT_WORDS else "") + " ".join(words[-CONTEXT_WORDS:])
 
 
-def _fed(step: StepTrace, depth: int) -> list:
+def fed_level(step: StepTrace, depth: int) -> list[NodeTrace]:
+    """The drafts fed at `depth` of the step's tree (pruned candidates were never fed), in draft order."""
     return [n for n in step.nodes if n.depth == depth and n.row is not None]
 
 
@@ -72,7 +73,7 @@ def _and(items: list[str]) -> str:
 
 def _draft(steps: list[StepTrace], i: int) -> str:
     step = steps[i]
-    first = _fed(step, 1)
+    first = fed_level(step, 1)
     best = max(first, key=lambda n: n.prob)
     k = step.row_kinds.count("mask") // sum(1 for n in step.nodes if n.row is not None)  # k after every fed node
     so_far = _so_far(steps, i)
@@ -81,7 +82,7 @@ def _draft(steps: list[StepTrace], i: int) -> str:
            f"Mask 1's {len(first)} likeliest guesses form the tree's first level, {quote(best.text)} first "
            f"({percent(best.prob)} sure)."]
     for depth in range(2, len(step.shape) + 1):
-        level = _fed(step, depth)
+        level = fed_level(step, depth)
         parents = {n.parent for n in level}
         if not level:
             continue

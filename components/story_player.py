@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from esp.trace import StepTrace
 
 from . import palette
-from .common import THEMES, as_steps
+from .common import as_steps
 from .describe import step_texts
 from .predict import predict_data
 from .story import story
@@ -179,7 +179,7 @@ function espFirstMinute(root, run, opts) {
 
   function tell(scroll) {
     const phases = STORY.phases, p = phases[story.phase], last = story.phase === phases.length - 1;
-    $("story-title").textContent = "Step " + STORY.step + " · " + (story.phase + 1) + " of " + phases.length + " · " + p.name;
+    $("story-title").textContent = `Step ${STORY.step} · ${story.phase + 1} of ${phases.length} · ${p.name}`;
     $("story-text").textContent = p.text;
     disable($("story-back"), story.phase === 0);
     disable($("story-next"), last);
@@ -240,7 +240,11 @@ function espFirstMinute(root, run, opts) {
     // The verifier keeps one path from the root: marking a draft marks it and the drafts above it (and clears
     // any other branch); unmarking it clears it and the drafts below it.
     const marks = marksOf(step), byI = new Map(d.nodes.map((n) => [n.i, n]));
-    const upFrom = (i) => { const out = []; for (let a = byI.get(i); a && a.i !== 0; a = byI.get(a.parent)) out.push(a.i); return out; };
+    const upFrom = (i) => {
+      const out = [];
+      for (let a = byI.get(i); a && a.i !== 0; a = byI.get(a.parent)) out.push(a.i);
+      return out;
+    };
     if (marks.has(node.i)) { for (const i of [...marks]) if (upFrom(i).includes(node.i)) marks.delete(i); }
     else { marks.clear(); upFrom(node.i).forEach((i) => marks.add(i)); }
   }
@@ -262,7 +266,7 @@ function espFirstMinute(root, run, opts) {
       const [depth, parent] = key.split(":").map(Number);
       row.className = "guess-level";
       row.setAttribute("role", "group");
-      head.textContent = depth === 1 ? "Next word:" : "then, after " + quote(d.nodes.find((n) => n.i === parent).word) + ":";
+      head.textContent = depth === 1 ? "Next word:" : `then, after ${quote(d.nodes.find((n) => n.i === parent).word)}:`;
       row.setAttribute("aria-label", head.textContent);
       row.append(head);
       for (const n of level) {
@@ -281,7 +285,8 @@ function espFirstMinute(root, run, opts) {
         tok.textContent = n.text;
         b.append((mark ? "☑ " : "☐ "), tok, " " + n.cum.toFixed(2) + verdict);
         b.title = n.text + ": " + n.cum.toFixed(2) + " (how sure the masks were)";
-        b.setAttribute("aria-label", quote(n.word) + ", " + n.cum.toFixed(2) + (result ? (kept.has(n.i) ? ", kept" : ", rejected") : ""));
+        const said = result ? (kept.has(n.i) ? ", kept" : ", rejected") : "";
+        b.setAttribute("aria-label", quote(n.word) + ", " + n.cum.toFixed(2) + said);
         b.tabIndex = -1;
         b.onclick = () => {
           if (result) return;
@@ -335,7 +340,7 @@ function espFirstMinute(root, run, opts) {
   function verdict(d, r) {
     const own = d.own ? " then its own " + quote(d.own) + " (" + d.kind + ")" : "";
     const head = r.exact ? "Right! " : "";
-    const kept = d.kept.length ? "The verifier kept " + names(d, d.kept) + "," + own : "The verifier kept no draft," + own;
+    const kept = (d.kept.length ? "The verifier kept " + names(d, d.kept) : "The verifier kept no draft") + "," + own;
     let mine = "";
     if (!r.exact) {
       const parts = [];
@@ -355,7 +360,7 @@ function espFirstMinute(root, run, opts) {
     $("guess-score").textContent = score();
     $("guess-hints").textContent = "";
     if (!d) {
-      $("guess-ask").textContent = "Step " + i + " has no draft to check (the prefill reads the prompt). Go to the next step.";
+      $("guess-ask").textContent = `Step ${i} has no draft to check (the prefill reads the prompt). Go on.`;
       $("guess-tree").textContent = "";
       $("guess-result").textContent = "";
       disable($("reveal"), true);
@@ -363,12 +368,16 @@ function espFirstMinute(root, run, opts) {
       return;
     }
     const r = guess.results[i];
-    $("guess-ask").textContent = "Step " + i + ", after “" + d.before + "”: mark the drafts you think the model keeps" +
+    $("guess-ask").textContent = `Step ${i}, after “${d.before}”: mark the drafts you think the model keeps` +
       (r ? "." : ", then press Reveal. The verdict views are hidden until then.");
     drawTree(d, r);
     disable($("reveal"), !!r);
     $("guess-result").textContent = r ? verdict(d, r) : "";
-    if (r) for (const h of d.hints) { const li = document.createElement("li"); li.textContent = h; $("guess-hints").append(li); }
+    for (const h of r ? d.hints : []) {
+      const li = document.createElement("li");
+      li.textContent = h;
+      $("guess-hints").append(li);
+    }
     veil(!r);
   }
   function reveal() {
@@ -397,7 +406,11 @@ function espFirstMinute(root, run, opts) {
   }
   $("predict").onclick = () => setPredict(!guess.on);
   $("reveal").onclick = reveal;
-  $("guess-next").onclick = () => { root.espShow(nextGuessable(step + 1)); const b = $("guess-tree").querySelector("[tabindex='0']"); if (b) b.focus(); };
+  $("guess-next").onclick = () => {
+    root.espShow(nextGuessable(step + 1));
+    const b = $("guess-tree").querySelector("[tabindex='0']");
+    if (b) b.focus();
+  };
 
   root.addEventListener("esp-step", (e) => {
     const i = e.detail.step;
