@@ -90,7 +90,7 @@ STORY_CSS = """
 .esp-player .guess-level { display: flex; flex-wrap: wrap; gap: .35em; align-items: center; }
 .esp-player .guess-level > span { font-size: .85em; min-width: 7em; }
 .esp-player .guess-node { font-family: ui-monospace, Menlo, monospace; font-size: .9em; padding: .25em .5em;
-  border: 2px solid #767676; border-radius: 6px; background: transparent; color: inherit; white-space: pre;
+  border: 2px solid currentColor; border-radius: 6px; background: transparent; color: inherit; white-space: pre;
   cursor: pointer; }
 .esp-player .guess-node .tok { display: inline-block; max-width: 9em; overflow: hidden; text-overflow: ellipsis;
   vertical-align: bottom; }
@@ -338,9 +338,9 @@ function espFirstMinute(root, run, opts) {
       " kept drafts · " + wrong + " wrong mark" + (wrong === 1 ? "" : "s") + ".";
   }
   function verdict(d, r) {
-    const own = d.own ? " then its own " + quote(d.own) + " (" + d.kind + ")" : "";
+    const own = d.own ? ", then its own " + quote(d.own) + " (" + d.kind + ")" : "";
     const head = r.exact ? "Right! " : "";
-    const kept = (d.kept.length ? "The verifier kept " + names(d, d.kept) : "The verifier kept no draft") + "," + own;
+    const kept = (d.kept.length ? "The verifier kept " + names(d, d.kept) : "The verifier kept no draft") + own;
     let mine = "";
     if (!r.exact) {
       const parts = [];

@@ -58,3 +58,18 @@ def test_the_dark_text_views_light_colour_is_the_palettes_agreed_yellow():
         washed = _luminance(tuple((x + y) / 2 for x, y in zip(hex_rgb(color), background)))
         text = 0.0 if color == palette.AGREED else 1.0  # black on the yellow, white on the rest
         assert _contrast(washed, text) >= 4.5, color
+
+
+def test_the_figures_secondary_text_reads_on_a_light_page():
+    """Notes and secondary labels in figures (components.common.INK, drawn over the page's white) keep 4.5:1;
+    on a dark page the CSS writes all figure text in the page's own colour instead."""
+    from components.common import INK
+    from components.lecture import PLAYER_CSS
+
+    r, g, b, a = (float(x) for x in re.findall(r"[\d.]+", INK))
+    over_white = tuple(a * c + (1 - a) * 255 for c in (r, g, b))
+    assert _contrast(_luminance(over_white), 1.0) >= 4.5
+    assert ".dark .js-plotly-plot .main-svg text { fill: var(--body-text-color) !important; }" in \
+        (ROOT / "assets" / "app.css").read_text()
+    assert ".esp-player.dark .main-svg text { fill:" in PLAYER_CSS
+
