@@ -33,6 +33,7 @@ from .eye_view import NO_EYE, eye_figure
 from .lens_view import NO_LENS, has_lens, lens_figure
 from .mask_plot import mask_figure
 from .step_words import step_words
+from .story_player import STORY_CSS, STORY_JS, story_markup, story_run
 from .text_view import COLOR_MAP, token_sources
 from .tree_plot import tree_figure
 
@@ -80,8 +81,9 @@ def markdown_html(text: str) -> str:
 
 
 def _wash(color: str) -> str:
-    """A label's colour at half opacity, as Gradio's HighlightedText shows it, so dark text reads on it."""
-    return f"color-mix(in srgb, {color} 50%, transparent)"
+    """A label's colour at half opacity, as Gradio's HighlightedText shows it, so dark text reads on it (less on
+    a dark page, --esp-wash in PLAYER_CSS, so that light text keeps 4.5:1 on every colour)."""
+    return f"color-mix(in srgb, {color} var(--esp-wash, 50%), transparent)"
 
 
 def text_html(pairs: list[tuple[str, str]]) -> str:
@@ -116,10 +118,11 @@ def run_title(steps: Sequence[StepTrace], meta: Mapping) -> str:
     return f"ESP Explorer · {meta.get('model', 'a run')} · {meta.get('spec', steps[0].method)}"
 
 
-def player_markup(steps: Sequence[StepTrace | dict]) -> str:
-    """The player's controls and view boxes for a run of len(steps) steps (the script fills the boxes)."""
+def player_markup(steps: Sequence[StepTrace | dict], first: str = "") -> str:
+    """The player's controls and view boxes for a run of len(steps) steps (the script fills the boxes), with
+    `first` (the story and predict panels' markup, components/story_player.py) under its controls."""
     return fill(PLAYER_MARKUP, {"legend": legend_html(), "last": str(len(steps) - 1), "no_eye": html.escape(NO_EYE),
-                                "no_lens": html.escape(NO_LENS)})
+                                "no_lens": html.escape(NO_LENS), "first": first})
 
 
 @functools.lru_cache(maxsize=1)
@@ -136,11 +139,13 @@ def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
     if not steps:
         raise ValueError("a lecture needs at least one step")
     shown = [{"title": name, "figure": _figure_json(fig)} for name, fig in (figures or {}).items()]
+    first = story_run(steps, meta)
     return fill(_PAGE, {
         "title": html.escape(run_title(steps, meta)), "prompt": html.escape(str(meta.get("prompt", ""))),
-        "css": PLAYER_CSS, "player": player_markup(steps), "script": PLAYER_JS, "period": str(PERIOD_MS),
+        "css": PLAYER_CSS + STORY_CSS, "player": player_markup(steps, story_markup(first["story"])),
+        "script": PLAYER_JS + STORY_JS, "period": str(PERIOD_MS),
         "plotly": packed_plotly(), "version": script_json(PLOTLY_VERSION),
-        "frames": script_json(step_frames(steps, meta)), "figures": script_json(shown)})
+        "frames": script_json(step_frames(steps, meta)), "figures": script_json(shown), "first": script_json(first)})
 
 
 def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | Path,
@@ -154,7 +159,7 @@ def write_lecture(steps: Sequence[StepTrace | dict], meta: Mapping, path: str | 
 # on a page of its own or among a notebook's cells it looks the same and styles nothing else.
 PLAYER_CSS = fill("""
 .esp-player { font-family: Inter, Helvetica, Arial, sans-serif; color: {{light}}; background: #fdfdfd; }
-.esp-player.dark { color: {{dark}}; background: #15171a; }
+.esp-player.dark { color: {{dark}}; background: #15171a; --esp-wash: 30%; }
 .esp-player.dark .main-svg text { fill: {{dark}} !important; }
 .esp-player #bar { display: flex; gap: .6em; align-items: center; flex-wrap: wrap; position: sticky; top: 0;
                    background: inherit; padding: .4em 0; z-index: 2; }
@@ -179,6 +184,7 @@ PLAYER_MARKUP = """<div id="bar">
  <span id="step-label"></span>
  <button id="theme" title="light / dark">◐</button>
 </div>
+{{first}}
 <p id="words"></p>
 <div id="views"><div id="tree" data-figure="tree"></div><div id="mask" data-figure="mask"></div></div>
 <div id="legend">{{legend}}</div>
@@ -241,10 +247,13 @@ function espPlayer(root, run, opts) {
       if (note) note.hidden = !!fig;
       if (fig) Plotly.react(box, fig.data, fig.layout, config);
     }
+    root.dispatchEvent(new CustomEvent("esp-step", {detail: {step: i}}));
   }
+  root.espShow = show;
   const current = () => Number($("scrub").value);
 
   function pause() { clearInterval(timer); timer = null; $("play").textContent = "Play"; }
+  root.espPause = pause;
   function play() {
     if (timer) return pause();
     if (current() >= LAST) show(0);
@@ -259,6 +268,7 @@ function espPlayer(root, run, opts) {
   $("theme").onclick = () => root.classList.toggle("dark");
   function onKey(e) {
     if (e.target.matches("input:not([type=range]), textarea, select, [contenteditable]")) return;
+    if (e.key === " " && e.target.closest("button")) return;  // Space presses the focused button
     const keys = {ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play"};
     if (keys[e.key]) { e.preventDefault(); e.stopPropagation(); $(keys[e.key]).click(); }
   }
@@ -269,6 +279,8 @@ function espPlayer(root, run, opts) {
     for (const {title, figure} of FIGURES) {
       const box = document.createElement("div"), head = document.createElement("h3");
       head.textContent = title;
+      box.setAttribute("role", "figure");
+      box.setAttribute("aria-label", title);
       $("figures").append(head, box);
       Plotly.newPlot(box, figure.data, figure.layout, config);
     }
@@ -285,19 +297,24 @@ _PAGE = """<!doctype html>
 <title>{{title}}</title>
 <style>{{css}}
  body { margin: 1em auto; max-width: 1200px; padding: 0 1em; }
+ h1 { font-size: 1.5em; }
 </style></head>
 <body class="esp-player">
-<h2>{{title}}</h2>
+<main>
+<h1>{{title}}</h1>
 <p><b>Prompt:</b> {{prompt}}</p>
 {{player}}
+</main>
 <script type="application/octet-stream" id="esp-plotly">{{plotly}}</script>
 <script type="application/json" id="esp-frames">{{frames}}</script>
 <script type="application/json" id="esp-figures">{{figures}}</script>
+<script type="application/json" id="esp-first">{{first}}</script>
 <script>{{script}}
 const data = (id) => JSON.parse(document.getElementById(id).textContent);
-espPlayer(document.body, {frames: data("esp-frames"), figures: data("esp-figures")},
-          {plotly: document.getElementById("esp-plotly").textContent, version: {{version}}, period: {{period}},
-           keys: document});
+const run = {frames: data("esp-frames"), figures: data("esp-figures"), ...data("esp-first")};
+espPlayer(document.body, run, {plotly: document.getElementById("esp-plotly").textContent, version: {{version}},
+                               period: {{period}}, keys: document});
+espFirstMinute(document.body, run);
 </script>
 </body></html>
 """
