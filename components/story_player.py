@@ -4,7 +4,7 @@ verdict shows, and a text equivalent of every figure for screen readers.
 
 It plugs into the player through two hooks the player provides: `root.espShow(i)` shows step i, and the
 player dispatches `esp-step` (detail: {step}) on its root after every step it shows. The views it lights or
-veils are the player's boxes by key (tree, mask, eye, lens, text, words), found by id in the root unless
+veils are the player's boxes by key (tree, mask, eye, lens, text, words), found by data-figure or id in the root unless
 `opts.views` maps a key to another element (a page with other ids). Every text it shows comes from the
 run data as JSON and is set as text, never as markup.
 """
@@ -129,7 +129,7 @@ function espScore(marked, kept) {
 function espFirstMinute(root, run, opts) {
   opts = opts || {};
   const $ = (id) => root.querySelector("#" + id);
-  const view = (key) => (opts.views && opts.views[key]) || $(key);
+  const view = (key) => (opts.views && opts.views[key]) || root.querySelector('[data-figure="' + key + '"]') || $(key);
   const STORY = run.story, PREDICT = run.predict, ALT = run.alt || [];
   const VEILED = ["tree", "mask", "eye", "lens", "text", "words"];
   const smooth = () => (matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");

@@ -45,7 +45,7 @@ def opened(browser, lecture, **context):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(lecture.as_uri())
-    expect(page.locator("#tree .main-svg").first).to_be_visible(timeout=HANG_MS)
+    expect(page.locator("[data-figure=tree] .main-svg").first).to_be_visible(timeout=HANG_MS)
     page.errors = errors
     return page
 
@@ -59,7 +59,7 @@ def test_the_story_turns_its_pages_and_lights_what_each_names(browser, lecture, 
     told = story(steps, meta)
     page = opened(browser, lecture)
     expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")  # opens on it
-    boxes = {"tree": "#tree", "mask": "#mask", "eye": "#eye", "text": "#text", "lens": "#lens"}
+    boxes = {"tree": "[data-figure=tree]", "mask": "[data-figure=mask]", "eye": "[data-figure=eye]", "text": "#text", "lens": "[data-figure=lens]"}
     seen = []
     for n, phase in enumerate(told["phases"]):
         if n:
@@ -113,9 +113,9 @@ def test_a_guess_is_scored_against_the_verdict(browser, lecture, run):
     page.locator("#predict").click()
     expect(page.locator("#predict-panel")).to_be_visible()
     expect(page.locator("#step-label")).to_have_text(f"Step 1 of {len(steps) - 1}")  # from the story: the first drafts
-    expect(page.locator("#tree")).to_be_hidden()  # the verdict's views are veiled until the reveal
+    expect(page.locator("[data-figure=tree]")).to_be_hidden()  # the verdict's views are veiled until the reveal
     expect(page.locator("#alt-tree")).to_be_hidden()
-    for view in ("#mask", "#eye", "#text"):
+    for view in ("[data-figure=mask]", "[data-figure=eye]", "#text"):
         assert page.locator(view).evaluate("el => getComputedStyle(el).visibility") == "hidden"
     results = {}
     # Step 1: mark the masks' favourite (rejected there); step 2: mark the kept draft; step 3: mark nothing.
@@ -141,7 +141,7 @@ def test_a_guess_is_scored_against_the_verdict(browser, lecture, run):
         for node in d["nodes"][1:]:  # each draft shows its verdict
             cls = page.locator(f'#guess-tree [data-node="{node["i"]}"]').get_attribute("class")
             assert ("kept" in cls.split()) == (node["i"] in kept) and ("lost" in cls.split()) == (node["i"] not in kept)
-        expect(page.locator("#tree")).to_be_visible()
+        expect(page.locator("[data-figure=tree]")).to_be_visible()
         hints = page.locator("#guess-hints li").all_inner_texts()
         assert hints == d["hints"]
         exact = sum(r[0] for r in results.values())
@@ -153,7 +153,7 @@ def test_a_guess_is_scored_against_the_verdict(browser, lecture, run):
     assert results[2][0] and not results[1][0] and results[3][0] == (not data[3]["kept"])
     page.locator("#prev").click()  # a step already guessed shows its verdict again, the score unchanged
     expect(page.locator("#guess-result")).not_to_be_empty()
-    expect(page.locator("#tree")).to_be_visible()
+    expect(page.locator("[data-figure=tree]")).to_be_visible()
     assert page.errors == []
     page.context.close()
 
@@ -253,7 +253,7 @@ def test_on_a_phone_the_story_and_its_tree_open_on_the_first_screen(browser, lec
     page = opened(browser, lecture, viewport=PHONE)
     page.wait_for_timeout(300)  # Plotly sizes its figures to the column
     assert page.evaluate("window.scrollY") == 0
-    for sel in ("#story", "#story-next", "#predict", "#tree .scatterlayer"):
+    for sel in ("#story", "#story-next", "#predict", "[data-figure=tree] .scatterlayer"):
         box = page.locator(sel).first.bounding_box()
         assert box and 0 <= box["y"] and box["y"] + box["height"] <= PHONE["height"], (sel, box)
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # no sideways scrolling
