@@ -51,9 +51,10 @@ def identity(request: Any, trusted: tuple[str, ...]) -> tuple[str, str]:
     with no request is the server's own ('local', one unit)."""
     if request is None:
         return "local", "calls:local"
-    who = visitor_of(request, trusted)
-    session = getattr(request, "session_hash", None)
-    return who, unit_of(who, session, signed_in(request, getattr(request, "username", None)))
+    raw = getattr(request, "request", None)  # gr.Request wraps the connection's own request, which the door reads
+    raw = request if raw is None else raw
+    who = visitor_of(raw, trusted)
+    return who, unit_of(who, getattr(request, "session_hash", None), signed_in(raw, getattr(request, "username", None)))
 
 
 class Line:

@@ -139,3 +139,10 @@ def test_identity_is_the_doors_visitor_and_unit():
     Request.username = "ada"
     assert identity(Request(), ()) == ("10.1.2.3", "user:ada")
     assert identity(None, ()) == ("local", "calls:local")
+
+    class Wrapped:  # gr.Request in a handler: the connection's request inside it
+        request = Request()
+        session_hash = "abc"
+        username = None
+
+    assert identity(Wrapped(), ("10.0.0.0/8",)) == ("198.51.100.7", "session:abc")
