@@ -374,8 +374,9 @@ def _wire_settings(page: SimpleNamespace) -> None:
 
 
 def _wire_model_calls(page: SimpleNamespace) -> None:
-    """Run, Stop, What-if and Compare: the events that use the model, one at a time (concurrency_id "model")."""
-    model = checked_by_us(concurrency_limit=1, concurrency_id="model")
+    """Run, Stop, What-if and Compare: the events that use the model (concurrency_id "model"), each waiting in
+    the model's line inside the server (explorer.line), LIMITS.line_size of them at once."""
+    model = checked_by_us(concurrency_limit=LIMITS.line_size, concurrency_id="model")
     knobs = _knobs(page)
     page.run.click(None, None, [page.run_link, page.link_note], js=RUN_STARTED_JS)
     # The dtype comes after the method (the last of the old inputs): an API caller that does not send it gets
@@ -513,7 +514,9 @@ def launch_options() -> dict:
             "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
             "head": (f"<style>{PARTS_CSS}</style><script>window.ESP_PLOTLY = {json.dumps(plotly_js)};\n{PLAYER_JS}</script>"
                      f"<script>{(ASSETS / 'explorer.js').read_text()}</script>"),
-            "allowed_paths": [str(PLOTLY_JS)], "state_session_capacity": LIMITS.max_sessions}
+            "allowed_paths": [str(PLOTLY_JS)], "state_session_capacity": LIMITS.max_sessions,
+            # A run waiting in the model's line holds a worker thread: Gradio's 40 stay for everything else.
+            "max_threads": 40 + LIMITS.line_size}
 
 
 def configure_engine() -> None:

@@ -39,12 +39,12 @@ from esp.models.loader import EMBEDDED
 from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
-from explorer import emulation, gpu
+from explorer import batch, emulation, gpu, line
 from explorer.recipe import Recipe
 from explorer.requests import Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from explorer.session import Session
 from explorer.views import opened, payload, refusal, status
-from explorer.worker import decode_once, rerun_step, run_steps
+from explorer.worker import decode_once, rerun_step
 
 log = logging.getLogger("esp.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,11 +270,14 @@ COMPARE_FIELDS = {name: field for name, field in RUN_FIELDS.items() if name != "
 def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
              init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
              top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-             method: str = "esp", dtype: str = "float32", session: Session | None = None) -> Iterator[tuple]:
+             method: str = "esp", dtype: str = "float32", session: Session | None = None,
+             request: gr.Request | None = None) -> Iterator[tuple]:
     """Decode `prompt` with `method`, yielding (status, player, session) at most every UPDATE_S: the player's
     message holds the frames of the steps made since the last one (components.frames.Feed; the first message
-    replaces the page's run), the run's views every SLOW_UPDATE_S and in the last one. Stop ends the run after
-    the step in progress. A refused input yields one message and leaves the page's views as they were."""
+    replaces the page's run), the run's views every SLOW_UPDATE_S and in the last one. While the run waits for
+    the model, the status says its place in the line (explorer.line); it then runs as a row of the shared batch
+    or alone (explorer.batch). Stop ends the run after the step in progress. A refused input yields one message
+    and leaves the page's views as they were."""
     try:
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
@@ -303,11 +306,15 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
     try:
         last_fast, last_slow = float("-inf"), time.monotonic()
         seconds = call_seconds(lm, settings.max_new_tokens)
-        with closing(run_steps(name, ids, settings, token, seconds=seconds)) as updates:
+        who = line.identity(request, LIMITS.trusted_proxies)
+        with closing(batch.updates(name, ids, settings, token, seconds=seconds, who=who)) as updates:
             for update in updates:
                 if "error" in update:
                     yield refusal(update["error"], OPENED, "generate")
                     return
+                if "wait" in update:
+                    yield update["wait"], gr.skip(), session
+                    continue
                 if "meta" in update:
                     session.meta.update(update["meta"])
                     continue
@@ -347,7 +354,8 @@ def request_stop(session: Session | None) -> None:
 def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
            init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
            top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-           method: str = "esp", dtype: str = "float32", session: Session | None = None) -> tuple:
+           method: str = "esp", dtype: str = "float32", session: Session | None = None,
+           request: gr.Request | None = None) -> tuple:
     """Re-run stored step `step` from the same committed prefix with the drafting settings given (the
     run's own model, decoding rule and token limit; the dtype given, float32 by default); the stored run
     is left as it is.
@@ -368,9 +376,10 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
                            f"step {i} is {'the prefill' if i == 0 else 'not in this run'}.")
         lm = load_model(name, settings.dtype)
         check_replay(lm, meta, session.steps[: i + 1])
-        out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
-                         meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
-                         seconds=call_seconds(lm, WHATIF_TOKENS))
+        with batch.alone(line.identity(request, LIMITS.trusted_proxies)):
+            out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
+                             meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
+                             seconds=call_seconds(lm, WHATIF_TOKENS))
     except ESPError as e:
         return refusal(str(e), 3, "whatif")
     except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU)
@@ -436,9 +445,11 @@ def _compare_plans(settings: RunSettings) -> list[tuple[str, str, dict | None]]:
 def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
             init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
-            layouts: str = "efficient", dtype: str = "float32") -> Iterator[tuple]:
-    """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
-    chart) as each finishes. The last column is each method's verdict against ar (esp.bench.verdict)."""
+            layouts: str = "efficient", dtype: str = "float32",
+            request: gr.Request | None = None) -> Iterator[tuple]:
+    """Decode the prompt with every registered method, one GPU call each, in one turn of the model's line (the
+    model to itself); yield (status, table rows, chart) as each finishes. The last column is each method's
+    verdict against ar (esp.bench.verdict)."""
     try:
         LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
@@ -449,6 +460,13 @@ def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: 
         yield refusal(str(e), 3, "compare")
         return
     seconds = call_seconds(lm, settings.max_new_tokens)
+    with batch.alone(line.identity(request, LIMITS.trusted_proxies)):
+        yield from _compare_runs(name, ids, settings, plans, seconds)
+
+
+def _compare_runs(name: str, ids: list[int], settings: RunSettings, plans: list,
+                  seconds: float | None) -> Iterator[tuple]:
+    """Compare's decodes, one per plan (`_compare_plans`), each yielding the table so far."""
     results = []
     for n, (label, spec, defaults) in enumerate(plans, 1):
         yield f"Running {label} ({n}/{len(plans)})…", gr.skip(), gr.skip()

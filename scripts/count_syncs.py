@@ -62,9 +62,10 @@ def tiny_lm(seed: int = 0):
     return LM(model, IdTokenizer(), "tiny-llama")
 
 
-def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True) -> dict:
+def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True, views: bool = False) -> dict:
     """Per decoding step after the prefill: host reads and (simulated on a CPU) device synchronizes;
-    `timings=False` is the bench's mode (engines without the switch always time their phases)."""
+    `timings=False` is the bench's mode (engines without the switch always time their phases); `views=True`
+    records what the app draws (the alignment, the Mask Lens and the verifier's eye), as the app's runs do."""
     import esp.decoding.engine as engine
     from esp.methods import build
 
@@ -80,6 +81,8 @@ def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True) -
     patched = _as_on_cuda(lm, syncs) if not cuda else []
     try:
         kw = {} if timings or "timings" not in engine.Decoder.__init__.__code__.co_varnames else {"timings": False}
+        if views:
+            kw.update(align=True, lens=True)
         dec = engine.Decoder(lm, build(spec), max_new_tokens=tokens, **kw)
         if hasattr(dec, "_cuda"):  # older engines decide per decoder whether their timestamps sync
             dec._cuda = True

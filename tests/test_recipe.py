@@ -179,13 +179,13 @@ def run_ends(monkeypatch, lm):
     """run_ends(how): generate()'s GPU call replaced by one that streams three stored steps, then ends `how`
     ("done", "stopped")."""
     def make(how: str) -> None:
-        def run_steps(name, ids, settings, token, seconds=None):
+        def run_steps(name, ids, settings, token, seconds=None, who=None):
             yield {"meta": {"device": "CPU", "dtype": "float32", "curve": MASKS["meta"]["curve"]}}
             for step in MASKS["steps"][:3]:
                 yield {"step": step, "clock": 0.0}
             yield {"end": how}
 
-        monkeypatch.setattr(calls, "run_steps", run_steps)
+        monkeypatch.setattr(calls.batch, "updates", run_steps)
     return make
 
 

@@ -103,7 +103,7 @@ def gpu(monkeypatch):
     request that passes its checks loads the model, to count its prompt's tokens: those tests are `model`."""
     seen = []
 
-    def run_steps(name, ids, settings, token, seconds=None):
+    def run_steps(name, ids, settings, token, seconds=None, who=None):
         seen.append(settings)
         yield {"meta": {"device": "CPU", "dtype": "float32", "curve": MASKS["meta"]["curve"]}}
         yield {"step": MASKS["steps"][1], "clock": 0.0}
@@ -117,7 +117,8 @@ def gpu(monkeypatch):
         seen.append(settings)
         return {"step": steps[i]}
 
-    for name, fn in (("run_steps", run_steps), ("decode_once", decode_once), ("rerun_step", rerun_step)):
+    monkeypatch.setattr(calls.batch, "updates", run_steps)
+    for name, fn in (("decode_once", decode_once), ("rerun_step", rerun_step)):
         monkeypatch.setattr(calls, name, fn)
     return seen
 

@@ -18,6 +18,7 @@ COMMANDS = {
     "verdict": ("esp.bench.lossless", "every method lossless in a dtype, alone and batched (--random: a 1B shape on a GPU)"),
     "costs": ("esp.bench.costs", "the forward cost curve, the engine's overhead per step and the mask builders"),
     "first-call": ("esp.bench.first_call", "the first esp.decode of a fresh process against the same call again and generate()"),
+    "views": ("esp.bench.views", "what recording the explorer's views (views=True) costs esp.decode"),
 }
 
 

@@ -235,8 +235,31 @@ def figure_block(entry: dict, data: list[dict]) -> str:
     return "```\n" + t.figure({t.run_label(d): d["results"] for d in data}, entry["methods"], overall=True) + "\n```"
 
 
+def views_table(entry: dict, data: list[dict]) -> str:
+    """`esp.bench views` files, a row per model: esp.decode with views on and off (medians of interleaved rounds)."""
+    rows = [[d["model"], f"`{d['method']}`", str(d["max_new_tokens"]), str(d["rounds"]), f"{d['median_off']:.2f}",
+             f"{d['median_on']:.2f}", t.ratio(d["ratio"]), "yes" if d["same_tokens"] else "no"] for d in data]
+    return t.markdown(["model", "method", "tokens", "rounds", "`views=False` (s)", "`views=True` (s)", "on / off",
+                       "same tokens"], rows)
+
+
+def class_table(entry: dict, data: list[dict]) -> str:
+    """`scripts.class_run` files, a row per run of the class: runs served, the slowest and the median from pressing
+    Run to the last update, places told, scrubs; and one run through the app against esp.decode(views=True)."""
+    rows = []
+    for d in data:
+        vs = d.get("app_vs_engine")
+        rows.append([str(d["students"]), str(d["max_new_tokens"]), f"{d['served']} / {len(d['failed'])}",
+                     f"{d['slowest_s']:.1f}", f"{d['median_s']:.1f}", str(d["told_place"]),
+                     f"{'all' if d['all_scrubbed'] else 'not all'} (slowest {d['scrub_max_s']:.2f} s)",
+                     f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}" if vs else ""])
+    return t.markdown(["sessions", "tokens", "served / refused or failed", "slowest (s)", "median (s)",
+                       "told their place", "scrubbed", "one run: app / `esp.decode(views=True)` (s)"], rows)
+
+
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
-         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table, "gpu": gpu_table}
+         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table,
+         "gpu": gpu_table, "views": views_table, "class": class_table}
 
 
 def files_of(entry: dict) -> list[str]:
