@@ -188,3 +188,20 @@ class Feed:
         if views:
             delta["views"] = run_views(steps, meta)
         return delta
+
+
+def held(messages: Sequence[Mapping]) -> list[dict]:
+    """The frames a player holds after the server's `messages` in order (what its feed does with them): a reset
+    starts over; a frame's keys sent again replace its old ones. For readers of the API (the tests, a class's run)."""
+    frames: list[dict] = []
+    for m in messages:
+        if m.get("reset"):
+            frames = []
+        items = enumerate(m["frames"]) if isinstance(m.get("frames"), list) else (m.get("frames") or {}).items()
+        for key, frame in items:
+            i = int(key)
+            if i == len(frames):
+                frames.append(frame)
+            else:
+                frames[i] = {**frames[i], **frame}
+    return frames

@@ -188,9 +188,10 @@ def measure_lecture(browser) -> dict:
         page = browser.new_page(viewport=VIEWPORT)
         page.goto(path.as_uri())
         selector = "[data-figure=tree] .gtitle"
-        page.wait_for_function(f"() => /step 0\\b/.test(document.querySelector('{selector}')?.textContent || '')",
+        # It opens on the story's step (components/story.py), wherever that is; the presses go on from there.
+        page.wait_for_function(f"() => /step \\d+/.test(document.querySelector('{selector}')?.textContent || '')",
                                timeout=120_000)
-        page.wait_for_timeout(1000)
+        page.wait_for_timeout(1500)
         times = press_times(page, selector)
         page.close()
     return {"times": times}

@@ -5,22 +5,6 @@ from __future__ import annotations
 from components.frames import LABELS
 
 
-def merged(messages: list[dict]) -> list[dict]:
-    """The frames after `messages` in order: a reset starts over; a frame's keys sent again replace its old ones."""
-    frames: list[dict] = []
-    for m in messages:
-        if m.get("reset"):
-            frames = []
-        items = enumerate(m["frames"]) if isinstance(m.get("frames"), list) else (m.get("frames") or {}).items()
-        for key, frame in items:
-            i = int(key)
-            if i == len(frames):
-                frames.append(frame)
-            else:
-                frames[i] = {**frames[i], **frame}
-    return frames
-
-
 def views(messages: list[dict]) -> dict:
     """The run's views after `messages` (the newest of each)."""
     out: dict = {}

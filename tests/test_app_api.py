@@ -12,8 +12,9 @@ import pytest
 from gradio_client import Client
 
 from app_server import MODES, in_process_only, serve
+from components.frames import held as merged
 from components.text_view import DRAFT_LABELS, MODEL_LABELS
-from player_messages import merged, text, views
+from player_messages import text, views
 
 pytestmark = [pytest.mark.model, pytest.mark.app]
 

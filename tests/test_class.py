@@ -23,7 +23,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
-from player_messages import merged
+from components.frames import held as merged
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

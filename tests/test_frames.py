@@ -12,10 +12,9 @@ from components.common import walk_end
 from components.export import read_trace_json
 from components.eye_view import decided_row
 from components.focus import focus_note, mask_rows
-from components.frames import HEIGHTS, LABELS, STYLE, Feed, markdown_html, run_data, step_frames
+from components.frames import HEIGHTS, LABELS, STYLE, Feed, held as merged, markdown_html, run_data, step_frames
 from components.text_view import token_origin, token_sources
 from lens_trace import without_lens
-from player_messages import merged
 
 ROOT = Path(__file__).resolve().parents[1]
 

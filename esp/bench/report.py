@@ -245,16 +245,17 @@ def views_table(entry: dict, data: list[dict]) -> str:
 
 def class_table(entry: dict, data: list[dict]) -> str:
     """`scripts.class_run` files, a row per run of the class: runs served, the slowest and the median from pressing
-    Run to the last update, places told, scrubs; and one run through the app against esp.decode(views=True)."""
+    Run to the last update, places told, whether each page holds every step of its run (the player scrubs them in
+    the browser); and one run through the app against esp.decode(views=True)."""
     rows = []
     for d in data:
         vs = d.get("app_vs_engine")
         rows.append([str(d["students"]), str(d["max_new_tokens"]), f"{d['served']} / {len(d['failed'])}",
                      f"{d['slowest_s']:.1f}", f"{d['median_s']:.1f}", str(d["told_place"]),
-                     f"{'all' if d['all_scrubbed'] else 'not all'} (slowest {d['scrub_max_s']:.2f} s)",
+                     "all" if d["all_scrubbed"] else "not all",
                      f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}" if vs else ""])
     return t.markdown(["sessions", "tokens", "served / refused or failed", "slowest (s)", "median (s)",
-                       "told their place", "scrubbed", "one run: app / `esp.decode(views=True)` (s)"], rows)
+                       "told their place", "every step held to scrub", "one run: app / `esp.decode(views=True)` (s)"], rows)
 
 
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
