@@ -17,7 +17,7 @@ import torch
 
 from components.captions import CAPTIONS
 from components.compare_view import COLUMNS
-from components.size_view import size_figure, size_sentences
+from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
 from components.text_view import COLOR_MAP
 from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, door, gpu, lesson, room
@@ -309,6 +309,8 @@ def _other_tabs(page: SimpleNamespace) -> None:
     with gr.Tab("Model size", id="size"):
         gr.Plot(size_figure(), label="Model size", elem_id="size-plot")
         gr.Markdown(size_sentences(), elem_id="size-note")
+        gr.Plot(ablation_figure(), label="The paper's ablations", elem_id="ablation-plot")
+        gr.Markdown(ablation_sentences(), elem_id="ablation-note")
     with gr.Tab("Compare", id="compare"):
         gr.Markdown("Decodes the prompt with autoregressive decoding and every registered method, "
                     "using the settings on the left. On a CPU big blocks cost more than they save: "
