@@ -237,8 +237,10 @@ def claims(run: dict, lens: dict | None = None) -> list[tuple[str, tuple[bool, s
     if lens is not None:
         b = bands(masks(lens, BASE))
         at, n = parting(b, "cos"), len(b["accepted"]["cos"]) - 1
-        out.append((f"accepted masks' cosine parts from rejected ones' (the paper: from the middle layers, L{PAPER_PART} of {PAPER_LAYERS})",
-                    (at is not None, f"from L{at} of {n} ({at / n:.0%} of the depth)" if at is not None else "never")))
+        said = ("accepted masks' cosine parts from rejected ones' "
+                f"(the paper: from the middle layers, L{PAPER_PART} of {PAPER_LAYERS})")
+        where = f"from L{at} of {n} ({at / n:.0%} of the depth)" if at is not None else "never"
+        out.append((said, (at is not None, where)))
     return out
 
 
