@@ -21,7 +21,7 @@ from components.compare_view import COLUMNS
 from components.eye_view import NO_EYE
 from components.lecture import PARTS_CSS, PLAYER_JS, PLOTLY_VERSION, figure_box, speed_box
 from components.lens_view import NO_LENS
-from components.size_view import size_figure, size_sentences
+from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
 from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, door, gpu, lesson, room
 from explorer import requests as rq
@@ -338,6 +338,8 @@ def _other_tabs(page: SimpleNamespace) -> None:
     with gr.Tab("Model size", id="size"):
         gr.Plot(size_figure(), label="Model size", elem_id="size-plot")
         gr.Markdown(size_sentences(), elem_id="size-note")
+        gr.Plot(ablation_figure(), label="The paper's ablations", elem_id="ablation-plot")
+        gr.Markdown(ablation_sentences(), elem_id="ablation-note")
     with gr.Tab("Compare", id="compare"):
         gr.Markdown("Decodes the prompt with autoregressive decoding and every registered method, "
                     "using the settings on the left. On a CPU big blocks cost more than they save: "

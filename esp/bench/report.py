@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+from esp.bench import paper
 from esp.bench import tables as t
 from esp.bench.provenance import describe
 
@@ -35,7 +36,7 @@ works: [bench.md](bench.md). Every earlier run, the narrative and the investigat
 
 - **CPUs, and one GPU check.** Every speed-up below was measured on a CPU, where a wide block costs several one-row
   forwards, so ESP alone is slower than plain decoding and the hybrid with a measured budget (`bc=auto`) is what
-  gains. The first two tables come from one H200 (`scripts/gpu_check.sh`): random-weight shapes, so costs, losslessness
+  gains. The two tables run on an H200 (`scripts/gpu_check.sh`) hold random-weight shapes, so costs, losslessness
   and a projection, no measured speed-up.
 - **tau** = generated tokens / target forwards (prefill counted). **Speed-up** = mean tokens/s of a method over the
   mean of `ar` in the same run, questions interleaved (Spec-Bench's ratio of means); **vs `generate()`**: over
@@ -68,9 +69,11 @@ def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str]:
         if len(machines) > 1:
             raise ValueError(f"{entry['title']}: its files ran on different machines; one machine per table.")
         machine, date = made[0]["machine"], made[0]["date"].replace("T", " ").replace("Z", " UTC")
-        # Each file's command, once; a file written before its script recorded its provenance: the manifest's.
+        # Each file's command, once; a file written before its script recorded its provenance: the manifest's. A
+        # merged file's provenance is its first part's, so where a table holds one the manifest's command stands.
         commands = [m["command"] for m in made] + ([entry["command"]] if len(made) < len(data) else [])
-        command = "\n".join(dict.fromkeys(commands))
+        merged = any((d.get("meta") or {}).get("merged_from") for d in data)
+        command = entry["command"] if merged and entry.get("command") else "\n".join(dict.fromkeys(commands))
     else:
         machine, date, command = manifest["machines"][entry["machine"]], entry["date"], entry["command"]
     return f"### {entry['title']} · {describe(machine)} · {date}", command
@@ -230,6 +233,11 @@ def gpu_table(entry: dict, data: list[dict]) -> str:
     return "\n\n".join([curve, steps, projected, *lines])
 
 
+def paper_section(entry: dict, data: list[dict]) -> str:
+    """The paper's ablations (esp.bench.paper): per model (entry["models"]), its timed run and its lens run."""
+    return paper.section([(m["label"], data[2 * i], data[2 * i + 1]) for i, m in enumerate(entry["models"])])
+
+
 def figure_block(entry: dict, data: list[dict]) -> str:
     """Overall tau per method and model as text bars (a fenced block: the same on GitHub, in a terminal, in a diff)."""
     return "```\n" + t.figure({t.run_label(d): d["results"] for d in data}, entry["methods"], overall=True) + "\n```"
@@ -260,11 +268,13 @@ def class_table(entry: dict, data: list[dict]) -> str:
 
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
          "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table,
-         "gpu": gpu_table, "views": views_table, "class": class_table}
+         "gpu": gpu_table, "views": views_table, "class": class_table,
+         "paper": paper_section}
 
 
 def files_of(entry: dict) -> list[str]:
-    return [f for m in entry["models"] for f in m["files"]] if entry["kind"] == "ablation" else entry["files"]
+    """The files a table reads: its own, or each model's in turn (the kinds with a row or a column per model)."""
+    return [f for m in entry["models"] for f in m["files"]] if "models" in entry else entry["files"]
 
 
 def section(entry: dict, manifest: dict, root: Path) -> str:
