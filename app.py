@@ -13,12 +13,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+import plotly
 import torch
 
 from components.captions import CAPTIONS
 from components.compare_view import COLUMNS
-from components.size_view import size_figure, size_sentences
-from components.text_view import COLOR_MAP
+from components.eye_view import NO_EYE
+from components.lecture import PARTS_CSS, PLAYER_JS, PLOTLY_VERSION, figure_box, speed_box
+from components.lens_view import NO_LENS
+from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
 from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, door, gpu, lesson, room
 from explorer import requests as rq
@@ -35,22 +38,30 @@ SESSION_TTL_S = 3600
 # Gradio's file cache (uploads, and the copies of exports it serves) is swept every 10 minutes of files
 # older than a session lives; a session's own export folder goes with it (explorer.session.free_session).
 DELETE_CACHE = (600, SESSION_TTL_S)
-# The events that re-render stored steps (no model) share this many workers (LIMITS.render_concurrency).
+# The events that open a stored run for the player (no model) share this many workers
+# (LIMITS.render_concurrency).
 RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "views"}
+# The page's player (components/lecture.py PLAYER_JS) draws with the Plotly.js that plotly.py writes its figures
+# for, served once from plotly's own package (launch's allowed_paths) and loaded by assets/explorer.js.
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+# The hidden box the server's messages to the player arrive in (explorer.views.payload); the page's script feeds
+# each to the player.
+FEED_JS = "watch('value', () => { if (props.value) window.espExplorer?.feed(props.value); });"
+
+
 # Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
 # a status that says a run is decoding now says it is stopping; the run's next update replaces it.
 STOPPING_JS = "(s) => typeof s === 'string' ? s.replace(/^\\*\\*Decoding\\*\\*/, '**Stopping…**') : s"
 # Page-side listeners (assets/explorer.js holds window.espExplorer): the link follows the run on screen (its
 # recipe or shipped trace: explorer.recipe), the shown step and the tab in place, once the page has read it
 # (`linked`: the tabs announce a selection as they mount, and the server reads the link from the page's
-# address); the Go-to-step box shows the step on screen, however it got there. A run being decoded has no
-# link yet: Run clears it at once (with the note that says so), and the run's end sets it.
+# address). A run being decoded has no link yet: Run clears it at once (with the note that says so), and the
+# run's end sets it.
 LINKED_JS = "(q) => { if (window.espExplorer) { window.espExplorer.linked = true; window.espExplorer.setRun(q); } }"
 RUN_LINK_JS = "(q) => { window.espExplorer?.setRun(q); }"
 RUN_STARTED_JS = f"() => {{ window.espExplorer?.setRun(''); return ['', {json.dumps(RUNNING)}]; }}"
-STEP_JS = "(s) => { window.espExplorer?.showStep(s); return s; }"
 TAB_JS = "() => {{ if (window.espExplorer?.linked) window.espExplorer.setState({{tab: '{tab}'}}); }}"
-# The keys of the page, said on it (assets/explorer.js; the text's tokens are Gradio's own buttons).
+# The keys of the page, said on it (assets/explorer.js, and the player's own on the text's tokens).
 KEYS_HELP = ("**Click** a token of the text, a node of the tree or a row of the attention mask to follow it in "
              "every view. **Keys**: ← → (or PgUp PgDn) step, Space plays; Tab to the text, then ← → between "
              "tokens and Enter to go to the step that wrote one; Tab to the tree, then ← → between nodes and "
@@ -59,10 +70,11 @@ KEYS_HELP = ("**Click** a token of the text, a node of the tree or a row of the 
 SPOTLIGHT_JS = ("(v) => { let n = 0; const go = () => window.espExplorer?.spotlight(v) || ++n > 30 "
                 "|| setTimeout(go, 100); setTimeout(go, 50); }")
 # The lesson room (explorer.room): the class link is built in the page from the room's id (the server does not
-# know the address the page was reached by); scrubbing, or anything else that picks a step or a run, stops
-# following the presenter (the Follow box unticked, the last step asked for forgotten).
+# know the address the page was reached by); anything that picks a run stops following the presenter (the Follow
+# box unticked; a step picked in the player does the same: assets/explorer.js).
 ROOM_LINK_JS = "(id) => id ? `${location.origin}${location.pathname}?room=${id}` : ''"
-UNFOLLOW_JS = "() => [false, null]"
+UNFOLLOW_JS = "() => false"
+
 OFFER_JS = ("() => window.espExplorer?.firstVisit() ? 'New here? Press **Tour** for a walk through the views, "
             "stop by stop (no model needed).' : ''")
 
@@ -77,6 +89,12 @@ if gpu.mode() != "local":  # ZeroGPU: the model is loaded now, on the CPU, befor
 
 def _examples() -> list[list[str]]:
     return [[e["prompt"]] for e in json.loads((ASSETS / "examples.json").read_text())]
+
+
+def shown_js(at: int) -> str:
+    """An event's `js` that sends the step the player shows as its input number `at` (the hidden #shown box is
+    only its place): What-if, Export, a room's start and tick."""
+    return f"(...a) => {{ a[{at}] = window.espExplorer?.shown() ?? a[{at}]; return a; }}"
 
 
 def checked_by_us(**event) -> dict:
@@ -94,16 +112,27 @@ def caption(view: str) -> gr.Markdown:
     return gr.Markdown(CAPTIONS[view], elem_classes="esp-caption")
 
 
-def plot_row(*plots: tuple[str, str, str], elem_id: str | None = None) -> list[gr.Plot]:
-    """Captioned figures side by side (stacked on a narrow screen), each given as (label, elem_id, view);
-    each figure's column is `<elem_id>-col`."""
-    out = []
+def part(markup: str, elem_id: str, **kw) -> gr.HTML:
+    """A part of the page's player (components/lecture.py): fixed markup, no value, no script of its own; the
+    player finds it by its data-role or data-figure and fills it."""
+    return gr.HTML(html_template=markup, elem_id=elem_id, js_on_load=None, **kw)
+
+
+def view(label: str, elem_id: str, key: str, note: str = "") -> gr.HTML:
+    """A figure of the player: its label and its box (`key`: a frame's view or the run's), and the line shown
+    instead when the run does not record it."""
+    said = f'<p class="esp-note" data-note="{key}" hidden>{note}</p>' if note else ""
+    return part(f'<div class="esp-label">{label}</div>{figure_box(key)}{said}', elem_id)
+
+
+def plot_row(*plots: tuple[str, str, str], elem_id: str | None = None) -> None:
+    """Captioned figures of the player side by side (stacked on a narrow screen), each given as (label, elem_id,
+    view); each figure's column is `<elem_id>-col`."""
     with gr.Row(elem_id=elem_id):
-        for label, plot_id, view in plots:
+        for label, plot_id, key in plots:
             with gr.Column(min_width=320, elem_id=f"{plot_id}-col"):
-                out.append(gr.Plot(label=label, elem_id=plot_id))
-                caption(view)
-    return out
+                view(label, plot_id, key)
+                caption(key)
 
 
 def build_app() -> gr.Blocks:
@@ -122,7 +151,6 @@ def build_app() -> gr.Blocks:
                     _other_tabs(page)
         _wire_settings(page)
         _wire_model_calls(page)
-        _wire_stored_steps(page)
         _wire_traces(page, demo)
         _wire_header(page)
         _wire_room(page)
@@ -172,8 +200,10 @@ def _header(page: SimpleNamespace) -> None:
     # recipe a link brought, until it is run (explorer.lesson.open_link).
     page.run_link = gr.Textbox(visible="hidden", elem_id="run-link")
     page.link = gr.State(None)
-    page.playing = gr.State(False)
-    page.timer = gr.Timer(1 / lesson.SPEED, active=False)
+    # The player's data (explorer.views.payload, fed to the player by FEED_JS), and a place for the step it shows
+    # in the inputs of the events that need it (shown_js).
+    page.player = gr.HTML(None, html_template="", js_on_load=FEED_JS, elem_id="player-data", visible="hidden")
+    page.shown = gr.Number(None, precision=0, visible="hidden", elem_id="shown")
 
 
 def _room_controls(page: SimpleNamespace) -> None:
@@ -190,7 +220,6 @@ def _room_controls(page: SimpleNamespace) -> None:
                                   min_width=180)
     page.room_note = gr.Markdown(elem_id="room-note")
     page.room_id = gr.Textbox(visible="hidden", elem_id="room-id")
-    page.room_step = gr.Number(None, visible="hidden", elem_id="room-step")
     page.room_timer = gr.Timer(room.FOLLOW_S, active=False)
 
 
@@ -232,60 +261,60 @@ def _controls(page: SimpleNamespace) -> None:
 
 def _step_views(page: SimpleNamespace) -> None:
     """Above the tabs: the status line, the shown step's draft tree and attention pattern (the method, before
-    any control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words. On
-    a narrow screen the attention pattern comes after the step controls, so that they follow the tree
-    (assets/app.css)."""
+    any control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words: the
+    player's parts (components/lecture.py), drawn in the browser from the run it holds. On a narrow screen the
+    attention pattern comes after the step controls, so that they follow the tree (assets/app.css)."""
     page.status = gr.Markdown("Set the controls and press **Run**.", label="Status", elem_id="status")
-    page.tree_plot, page.mask_plot = plot_row(("Draft tree", "tree-plot", "tree"),
-                                              ("Attention pattern: who sees whom", "mask-plot", "mask"),
-                                              elem_id="figures")
-    with gr.Row(elem_id="scrub-row"):
-        page.prev = gr.Button("◀ prev", elem_id="prev", size="sm")
-        page.scrub = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="scrub")
-        page.goto = gr.Number(None, precision=0, label="Go to step (Enter)", elem_id="goto", min_width=90)
-        page.nxt = gr.Button("next ▶", elem_id="next", size="sm")
-    with gr.Row(elem_id="play-row"):
-        page.play = gr.Button(lesson.PLAY, elem_id="play", size="sm", min_width=90)
-        page.speed = gr.Number(rq.SPEED.default, label="steps / s", elem_id="speed", min_width=80,
-                               minimum=rq.SPEED.low, maximum=rq.SPEED.high, step=rq.SPEED.step)
-        page.focus = gr.Dropdown([], value=None, label="Focus on a node", elem_id="focus",
-                                 info="outlined in the tree, the attention pattern, the text and the alignment")
-    page.focus_note = gr.Markdown(elem_id="focus-note")
+    plot_row(("Draft tree", "tree-plot", "tree"), ("Attention pattern: who sees whom", "mask-plot", "mask"),
+             elem_id="figures")
+    part('<div class="esp-row"><button id="prev" data-role="prev" class="esp-button" title="← or PgUp">◀ prev</button>'
+         '<span id="scrub"><input data-role="scrub" type="range" min="0" max="1" value="0" step="1" '
+         'aria-label="step"></span><span id="step-label" data-role="label"></span>'
+         '<label id="goto">Go to step <input data-role="goto" type="number" min="0" step="1"></label>'
+         '<button id="next" data-role="next" class="esp-button" title="→ or PgDn">next ▶</button></div>', "scrub-row")
+    part(f'<div class="esp-row"><button id="play" data-role="play" class="esp-button" title="Space">▶ Play</button>'
+         f'<label id="speed">steps / s {speed_box()}</label><span id="pace" data-role="pace" aria-live="polite">'
+         '</span><label id="focus">Focus on a node <select data-role="focus"></select></label></div>'
+         '<div class="esp-note">outlined in the tree, the attention pattern, the text and the alignment</div>',
+         "play-row")
+    part('<div data-role="focus-note"></div>', "focus-note")
     gr.Markdown(KEYS_HELP, elem_id="keys-help", elem_classes="esp-caption")
-    # A click on a tree node or an attention row writes "node:n:time" or "row:n:time" here (assets/explorer.js).
-    page.focus_click = gr.Textbox(visible="hidden", elem_id="focus-click")
-    page.words = gr.Markdown(elem_id="step-words")
+    part('<div data-role="words"></div>', "step-words")
 
 
 def _run_tab(page: SimpleNamespace) -> None:
     """The Run tab: the generated text and the shown step's other figures (its tree and attention pattern are
     above the tabs): the verifier's eye, the cost, the alignment and the Mask Lens, the histogram and timing."""
     with gr.Tab("Run", id="run"):
-        page.text = gr.HighlightedText(label="Generated text", color_map=COLOR_MAP, show_legend=True,
-                                       combine_adjacent=False, elem_id="text-view")
+        part('<div class="esp-label">Generated text</div><div data-role="legend"></div>'
+             '<div data-role="text" class="esp-text"></div>', "text-view")
         caption("text")
-        page.stats = gr.Markdown(label="Summary", elem_id="stats")
-        page.eye_plot = gr.Plot(label="The verifier's eye", elem_id="eye-plot")
+        part('<div data-role="stats"></div>', "stats")
+        view("The verifier's eye", "eye-plot", "eye", NO_EYE)
         caption("eye")
-        page.cost_plot = gr.Plot(label="Cost", elem_id="cost-plot")
+        view("Cost", "cost-plot", "cost")
         caption("cost")
-        page.cost_note = gr.Markdown(elem_id="cost-note")
-        page.align_plot = gr.Plot(label="Alignment", elem_id="align-plot")
+        part('<div data-role="cost-note"></div>', "cost-note")
+        view("Alignment", "align-plot", "align")
         caption("align")
         _mask_lens(page)
-        page.hist_plot, page.timing_plot = plot_row(("Accepted drafts", "hist-plot", "hist"),
-                                                    ("Timing", "timing-plot", "timing"))
+        plot_row(("Accepted drafts", "hist-plot", "hist"), ("Timing", "timing-plot", "timing"))
 
 
 def _mask_lens(page: SimpleNamespace) -> None:
-    """The Mask Lens beside the alignment: the shown step's layers x masks grid and the run so far, then the
+    """The Mask Lens beside the alignment: the shown step's layers x masks grid and the run's, then the
     commitment strip over the generated text (components/lens_view.py)."""
     with gr.Column(elem_id="mask-lens"):
         gr.Markdown("### Mask Lens · what each mask's layers would say, read as tokens (a raw logit lens)",
                     elem_classes="esp-note")
-        page.lens_plot, page.lens_rank_plot = plot_row(("Mask Lens", "lens-plot", "lens"),
-                                                       ("Mask Lens, run so far", "lens-rank-plot", "lens_rank"))
-        page.commit_plot = gr.Plot(label="Commitment strip", elem_id="commit-plot")
+        with gr.Row():
+            with gr.Column(min_width=320, elem_id="lens-plot-col"):
+                view("Mask Lens", "lens-plot", "lens", NO_LENS)
+                caption("lens")
+            with gr.Column(min_width=320, elem_id="lens-rank-plot-col"):
+                view("Mask Lens, the run", "lens-rank-plot", "lens_rank")
+                caption("lens_rank")
+        view("Commitment strip", "commit-plot", "commit")
         caption("commit")
 
 
@@ -309,6 +338,8 @@ def _other_tabs(page: SimpleNamespace) -> None:
     with gr.Tab("Model size", id="size"):
         gr.Plot(size_figure(), label="Model size", elem_id="size-plot")
         gr.Markdown(size_sentences(), elem_id="size-note")
+        gr.Plot(ablation_figure(), label="The paper's ablations", elem_id="ablation-plot")
+        gr.Markdown(ablation_sentences(), elem_id="ablation-note")
     with gr.Tab("Compare", id="compare"):
         gr.Markdown("Decodes the prompt with autoregressive decoding and every registered method, "
                     "using the settings on the left. On a CPU big blocks cost more than they save: "
@@ -332,13 +363,6 @@ def _knobs(page: SimpleNamespace) -> list:
             page.seed, page.max_new, page.layouts]
 
 
-def _views(page: SimpleNamespace) -> list:
-    """The per-step outputs, in explorer.views.VIEWS order."""
-    return [page.text, page.tree_plot, page.mask_plot, page.align_plot, page.stats, page.hist_plot, page.timing_plot,
-            page.cost_plot, page.cost_note, page.words, page.focus, page.focus_note, page.eye_plot, page.lens_plot,
-            page.commit_plot, page.lens_rank_plot]
-
-
 def _wire_settings(page: SimpleNamespace) -> None:
     """The live check under the controls and the knobs each method takes. It has its own line: a trace
     opening sets the controls (_wire_traces), and the status must keep saying what is on screen."""
@@ -352,17 +376,17 @@ def _wire_settings(page: SimpleNamespace) -> None:
 
 
 def _wire_model_calls(page: SimpleNamespace) -> None:
-    """Run, Stop, What-if and Compare: the events that use the model, one at a time (concurrency_id "model")."""
-    model = checked_by_us(concurrency_limit=1, concurrency_id="model")
+    """Run, Stop, What-if and Compare: the events that use the model (concurrency_id "model"), each waiting in
+    the model's line inside the server (explorer.line), LIMITS.line_size of them at once."""
+    model = checked_by_us(concurrency_limit=LIMITS.line_size, concurrency_id="model")
     knobs = _knobs(page)
     page.run.click(None, None, [page.run_link, page.link_note], js=RUN_STARTED_JS)
     # The dtype comes after the method (the last of the old inputs): an API caller that does not send it gets
     # float32, as before it existed.
     run = page.run.click(calls.generate, [page.prompt, *knobs, page.method, page.dtype, page.session],
-                         [page.status, page.scrub, *_views(page), page.session], api_name="generate", **model)
+                         _opened(page), api_name="generate", show_progress="hidden", **model)
     # Its end gives the run its link, and shows the step a link named when the run is the link's.
-    ran = run.then(lesson.after_run, [page.session, page.link],
-                   [page.run_link, page.link_note, page.link, page.status, page.scrub, *_views(page)],
+    ran = run.then(lesson.after_run, [page.session, page.link], [page.run_link, page.link_note, page.link, page.player],
                    api_visibility="private", show_progress="hidden", **RENDER)
     ran.then(None, page.run_link, None, js=RUN_LINK_JS)
     page.compare_btn.click(calls.compare, [page.prompt, *knobs, page.dtype],
@@ -378,52 +402,40 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
                     concurrency_id=door.FREE, concurrency_limit=None)
     page.stop.click(None, page.status, page.status, js=STOPPING_JS, queue=False, api_visibility="private")
     # The stored side is drawn at once, without the model; the what-if waits its turn (its place on its note).
-    page.whatif_btn.click(calls.whatif_stored, [page.scrub, page.session], page.whatif_orig, api_visibility="private",
-                          show_progress="hidden", **checked_by_us(**RENDER))
-    page.whatif_btn.click(calls.whatif, [page.scrub, *knobs, page.method, page.dtype, page.session],
-                          [page.whatif_note, page.whatif_orig, page.whatif_alt], api_name="whatif",
+    page.whatif_btn.click(calls.whatif_stored, [page.shown, page.session], page.whatif_orig, js=shown_js(0),
+                          api_visibility="private", show_progress="hidden", **checked_by_us(**RENDER))
+    page.whatif_btn.click(calls.whatif, [page.shown, *knobs, page.method, page.dtype, page.session],
+                          [page.whatif_note, page.whatif_orig, page.whatif_alt], api_name="whatif", js=shown_js(0),
                           show_progress_on=[page.whatif_note, page.whatif_alt], **model)
-
-
-def _wire_stored_steps(page: SimpleNamespace) -> None:
-    """Scrubbing, focus, playback and export: no model, so not held behind running decodes, but a few at
-    a time (LIMITS.render_concurrency, LIMITS.export_concurrency) so that one caller cannot take every core."""
-    views, session, scrub = checked_by_us(**RENDER), page.session, page.scrub
-    scrubbed = [page.status, scrub, *_views(page)]
-    scrub.release(calls.show_step, [session, scrub], scrubbed, api_name="show_step", **views)
-    page.goto.submit(calls.show_step, [session, page.goto], scrubbed, api_visibility="private", **views)
-    page.prev.click(calls.step_by(-1), [session, scrub], scrubbed, api_visibility="private", **views)
-    page.nxt.click(calls.step_by(1), [session, scrub], scrubbed, api_visibility="private", **views)
-    page.focus.input(calls.show_step, [session, scrub, page.focus], scrubbed, api_visibility="private",
-                     show_progress="hidden", **views)
-    page.focus_click.change(lesson.clicked, [session, scrub, page.focus_click], scrubbed, api_visibility="private",
-                            show_progress="hidden", **views)
-    page.text.select(lesson.token_clicked, [session, scrub], scrubbed, api_visibility="private",
-                     show_progress="hidden", **views)
-    scrub.change(None, scrub, page.goto, js=STEP_JS)
-    # Playback: ticks are skipped, not queued, while a step is still being drawn (trigger_mode "once").
-    played = [page.playing, page.timer, page.play]
-    page.play.click(lesson.play, [page.playing, page.speed, session, scrub], [*played, *scrubbed],
-                    api_visibility="private", show_progress="hidden", **views)
-    page.timer.tick(lesson.tick, [session, scrub], [*scrubbed, *played], api_visibility="private",
-                    show_progress="hidden", **views)
-    page.speed.change(lesson.set_speed, page.speed, page.timer,
-                      **checked_by_us(queue=False, api_visibility="private", show_progress="hidden"))
-    page.export_btn.click(calls.export, [session, scrub], page.files, api_name="export",
+    page.export_btn.click(calls.export, [page.session, page.shown], page.files, api_name="export", js=shown_js(1),
                           **checked_by_us(concurrency_limit=LIMITS.export_concurrency, concurrency_id="export"))
+    # For an API caller, a stored step's frame (the page's player holds every step: it never asks).
+    page.api_step = gr.Button(visible=False)
+    page.api_step.click(calls.show_step, [page.session, page.shown], [page.status, page.player], api_name="show_step",
+                        **checked_by_us(**RENDER))
 
 
 def _opened(page: SimpleNamespace) -> list:
-    """The outputs of whatever opens a trace: status, scrubber, *VIEWS, session."""
-    return [page.status, page.scrub, *_views(page), page.session]
+    """The outputs of whatever shows a run: status, the player's data, session."""
+    return [page.status, page.player, page.session]
+
+
+def _shown_controls(page: SimpleNamespace) -> list:
+    """The outputs of explorer.lesson.shown_controls: the run's link, its note, and the controls that show the
+    run's prompt, method and settings (explorer.lesson.CONTROLS)."""
+    return [page.run_link, page.link_note, page.prompt, page.method, page.k, page.bc, page.lam, page.init, page.tree,
+            page.mode, page.temperature, page.top_p, page.seed, page.max_new, page.layouts, page.model, page.dtype]
+
+
+def _room_outputs(page: SimpleNamespace) -> list:
+    """The room controls' outputs (explorer.room.CONTROLS order)."""
+    return [page.room, page.room_id, page.room_note, page.room_end, page.room_link, page.follow, page.room_timer]
 
 
 def _then_controls(page: SimpleNamespace, event, js: str = RUN_LINK_JS) -> None:
-    """After `event` opened a trace or a link: the controls show the run's prompt, method and settings
+    """After `event` opened a trace: the controls show the run's prompt, method and settings
     (explorer.lesson.CONTROLS), then the page's address its link (`js`)."""
-    controls = [page.run_link, page.link_note, page.prompt, page.method, page.k, page.bc, page.lam, page.init,
-                page.tree, page.mode, page.temperature, page.top_p, page.seed, page.max_new, page.layouts, page.model,
-                page.dtype]
+    controls = _shown_controls(page)
     shown = event.then(lesson.shown_controls, [page.session, page.link], controls, api_visibility="private",
                        show_progress="hidden", **RENDER)
     shown.then(None, page.run_link, None, js=js)
@@ -438,9 +450,12 @@ def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
                                             **checked_by_us(api_visibility="private", **RENDER)))
     # A recorded run is on screen as soon as the page opens, before any model is warm: the one the link
     # names (?trace=trace_masks&step=7&tab=run), or calls.OPENING; or a link's recipe fills the controls.
-    loaded = page.loaded = demo.load(lesson.open_link, page.session, [*opened, page.tabs, page.link],
-                                     api_visibility="private", **RENDER)
-    _then_controls(page, loaded, LINKED_JS)
+    # One event, so that when the player shows the link's step nothing more is on its way: the room a link names
+    # (?room=...) and the controls showing the run come with it.
+    loaded = demo.load(lesson.open_page, page.session,
+                       [*opened, page.tabs, page.link, *_room_outputs(page), *_shown_controls(page)],
+                       api_visibility="private", **RENDER)
+    loaded.then(None, page.run_link, None, js=LINKED_JS)
     demo.load(None, None, page.tour_offer, js=OFFER_JS)
     for tab in page.tabs.children:
         tab.select(None, None, None, js=TAB_JS.format(tab=tab.id))
@@ -462,25 +477,20 @@ def _wire_header(page: SimpleNamespace) -> None:
 
 
 def _wire_room(page: SimpleNamespace) -> None:
-    """The lesson room: starting and ending it, a room link opened (after the page's own link), the presenter's
-    step kept in the room, and a follower's page following it (a tick outside the queue asks for the step; the
-    views come as for any scrub) until its student scrubs."""
+    """The lesson room: starting and ending it (a room link is opened with the page: explorer.lesson.open_page),
+    and the room's tick (outside the queue): the presenter's page tells the room its step, a follower's gets it, and its player
+    moves there, until its student scrubs."""
     private = {"api_visibility": "private", "show_progress": "hidden"}
-    controls = [page.room, page.room_id, page.room_note, page.room_end, page.room_link, page.follow, page.room_timer]
-    page.room_start.click(room.start, [page.session, page.room, page.scrub], controls,
+    controls = _room_outputs(page)
+    page.room_start.click(room.start, [page.session, page.room, page.shown], controls, js=shown_js(2),
                           **checked_by_us(**private, **RENDER))
     page.room_end.click(room.end, page.room, controls, **checked_by_us(**private, **RENDER))
     page.room_id.change(None, page.room_id, page.room_link, js=ROOM_LINK_JS)
-    _then_controls(page, page.loaded.then(room.join, page.session, [*_opened(page), *controls], **private, **RENDER))
-    page.scrub.change(room.present, [page.room, page.session, page.scrub], None,
-                      **checked_by_us(queue=False, **private))
-    page.room_timer.tick(room.poll, [page.room, page.follow, page.scrub],
-                         [page.room_step, page.room_note, page.room_timer], **checked_by_us(queue=False, **private))
-    page.room_step.change(room.follow, [page.session, page.room, page.room_step], _opened(page),
-                          **checked_by_us(**private, **RENDER))
-    for picked in (page.scrub.release, page.prev.click, page.nxt.click, page.goto.submit, page.play.click,
-                   page.run.click, page.shipped.input, page.trace_file.upload, page.tour_btn.click):
-        picked(None, None, [page.follow, page.room_step], js=UNFOLLOW_JS)
+    page.room_timer.tick(room.tick, [page.room, page.follow, page.shown, page.session],
+                         [page.player, page.room_note, page.room_timer], js=shown_js(2),
+                         **checked_by_us(queue=False, **private))
+    for picked in (page.run.click, page.shipped.input, page.trace_file.upload, page.tour_btn.click):
+        picked(None, None, page.follow, js=UNFOLLOW_JS)
 
 
 def queued(demo: gr.Blocks) -> gr.Blocks:
@@ -498,12 +508,17 @@ def queued(demo: gr.Blocks) -> gr.Blocks:
 
 
 def launch_options() -> dict:
-    """Theme, CSS and the page script (keys, link state, tour spotlight, theme switch: assets/explorer.js),
-    which Gradio 6 takes at launch, the upload cap, and the bound on the sessions whose state the server keeps."""
+    """Theme, CSS and the page's scripts (the player, components/lecture.py; keys, link state, tour spotlight,
+    theme switch: assets/explorer.js) with the Plotly.js the player loads, which Gradio 6 takes at launch, the
+    upload cap, and the bound on the sessions whose state the server keeps."""
+    plotly_js = {"src": f"gradio_api/file={PLOTLY_JS}", "version": PLOTLY_VERSION}
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"],
             "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
-            "head": f"<script>{(ASSETS / 'explorer.js').read_text()}</script>",
-            "state_session_capacity": LIMITS.max_sessions}
+            "head": (f"<style>{PARTS_CSS}</style><script>window.ESP_PLOTLY = {json.dumps(plotly_js)};\n{PLAYER_JS}</script>"
+                     f"<script>{(ASSETS / 'explorer.js').read_text()}</script>"),
+            "allowed_paths": [str(PLOTLY_JS)], "state_session_capacity": LIMITS.max_sessions,
+            # A run waiting in the model's line holds a worker thread: Gradio's 40 stay for everything else.
+            "max_threads": 40 + LIMITS.line_size}
 
 
 def configure_engine() -> None:

@@ -1,10 +1,11 @@
-// ESP Explorer's page script (loaded by app.py through launch(head=...)): presenter keys, the URL state and
-// the run's link, Copy link, present mode, the tour's spotlight, the light / dark switch, the phone layout's
-// toggle, and clicks and keys on the figures that focus a node. Elements it expects (elem_ids in app.py):
-// #next, #prev, #play (buttons), #copy-link (button), #link-note, #controls (the controls column),
-// #tree-plot, #mask-plot, #focus-click (hidden box), and the views a tour stop names. Python wiring calls
-// window.espExplorer.* from event `js=` callbacks; the only thing sent to the server is a click, through
-// #focus-click, as the page's own input event.
+// ESP Explorer's page script (loaded by app.py through launch(head=...), after the player's, components/lecture.py
+// PLAYER_JS): the page's player, fed what the server sends, presenter keys, the URL state and the run's link, Copy
+// link, present mode, the tour's spotlight, the light / dark switch, the phone layout's toggle, the tree's keys,
+// and a lesson room's follower letting go of the presenter when its student picks a step. Elements it expects
+// (elem_ids in app.py): #views (the player's root), #next, #prev, #play (the player's buttons), #copy-link, #theme
+// (buttons), #link-note, #controls (the controls column), #tree-plot, #follow (the room's box), and the views a
+// tour stop names. Python wiring calls window.espExplorer.* from event `js=` callbacks; nothing here sends
+// anything to the server (a step picked, a click on a figure, a key: all drawn by the player).
 (() => {
   const TYPING = "input:not([type=range]), textarea, select, [contenteditable]:not([contenteditable=false])";
   const KEYS = { ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play" };
@@ -72,6 +73,29 @@
       return api.linked && api.run ? api.setState({ step }) : null;
     },
 
+    // The page's player: started with the first message from the server (the hidden #player-data's watch calls
+    // feed; app.py FEED_JS), on the views' column, drawing with the Plotly.js app.py serves (window.ESP_PLOTLY).
+    player: null,
+    feed(data) {
+      if (data) pending.push(data);
+      if (!api.player && !startPlayer()) {  // the page is still being drawn: soon
+        if (!waiting) waiting = setTimeout(() => { waiting = null; api.feed(null); }, 50);
+        return false;
+      }
+      while (pending.length) {
+        const next = pending.shift();
+        moving = !!next.room;  // the room moved this page: its student did not pick the step
+        api.player.feed(next);
+        moving = false;
+      }
+      return true;
+    },
+    // The step the player shows (What-if, Export and the room send it: app.py shown_js), or null before any.
+    shown() {
+      const step = api.player ? api.player.step() : -1;
+      return step >= 0 ? step : null;
+    },
+
     async copyLink() {
       const button = byId("copy-link");
       if (api.linked && !api.run) {  // no link to this run: say so instead of copying one to another run
@@ -115,6 +139,37 @@
     },
   };
 
+  const pending = [];
+  let moving = false, waiting = null;
+  let plotly = null;
+
+  function loadPlotly() {
+    plotly = plotly || new Promise((done, fail) => {
+      const code = document.createElement("script");
+      code.src = window.ESP_PLOTLY.src;
+      code.onload = () => done(window.Plotly);  // ours, whatever Plotly.js Gradio loads for its own plots
+      code.onerror = () => fail(new Error(`could not load ${code.src}`));
+      document.head.append(code);
+    });
+    return plotly;
+  }
+
+  function startPlayer() {
+    const root = byId("views");
+    if (!root || typeof espPlayer !== "function" || !window.ESP_PLOTLY) return false;
+    espPlayer(root, { frames: [] }, { plotly: loadPlotly(), version: window.ESP_PLOTLY.version, period: 500,
+      keys: null });
+    api.player = root.esp;
+    root.addEventListener("esp-step", (e) => {
+      api.showStep(e.detail.step);
+      // A student's own step lets go of the presenter (the Follow box unticked, as the box's own click does).
+      const follow = document.querySelector("#follow input[type=checkbox]");
+      if (!moving && follow?.checked && follow.offsetParent !== null) follow.click();
+    });
+    treeKeys();
+    return true;
+  }
+
   function flash(button, text) {
     const old = button.textContent;
     button.textContent = text;
@@ -143,51 +198,8 @@
       });
       controls.before(toggle);
     }
-  }
-
-  // A click that focuses a node goes into the hidden #focus-click box as "kind:n:time", which the server
-  // answers like a choice in the Focus box (explorer/lesson.py clicked): kind "node" (n: a node index of the
-  // shown step), "row" (n: a block row of the attention figure; a mask's row means its node) or "token" (n:
-  // a token's index in the whole text; the server goes to the step that emitted it).
-  function sendClick(kind, n) {
-    const box = document.querySelector("#focus-click textarea, #focus-click input");
-    if (!box || !Number.isInteger(n) || n < 0) return false;
-    box.value = `${kind}:${n}:${Date.now()}`;  // a fresh value each click, so a repeated click still counts
-    box.dispatchEvent(new Event("input", { bubbles: true }));
-    return true;
-  }
-
-  // The figures are redrawn at every step (a new plot element each time), so a handler is attached to
-  // whichever plot is there now.
-  function onPlotClick(selector, read) {
-    const plot = document.querySelector(`${selector} .js-plotly-plot`);
-    if (!plot || plot.espListening || typeof plot.on !== "function") return;
-    plot.espListening = true;
-    plot.on("plotly_click", (event) => {
-      const point = event.points?.[0];
-      const click = point && read(point);
-      if (click) sendClick(...click);
-    });
-  }
-  // What each figure's points carry (components/*.py): the tree, the node index in customdata[4]; the
-  // attention figure, a row's name "r:token" with r its block row (the prefill's prompt row has none); the
-  // Mask Lens grid, [step, node where the masks sit, mask, layer]; the commitment strip, [step, token index,
-  // ...]. A figure that is not on the page is skipped.
-  const READ = {
-    "#tree-plot": (point) => ["node", point.customdata?.[4]],
-    "#mask-plot": (point) => {
-      const row = /^(\d+):/.exec(String(point.y ?? ""));
-      return row && ["row", Number(row[1])];
-    },
-    "#lens-plot": (point) => ["node", point.customdata?.[1]],
-    "#commit-plot": (point) => ["token", point.customdata?.[1]],
-  };
-  // Attached as soon as a figure is drawn (a click right after a step changed must count).
-  const attach = () => {
-    Object.entries(READ).forEach(([selector, read]) => onPlotClick(selector, read));
     treeKeys();
-  };
-  new MutationObserver(attach).observe(document.documentElement, { childList: true, subtree: true });
+  }
 
   // The tree by keyboard: Tab reaches it; ← → (↑ ↓) move between its nodes in index order, each outlined in
   // place with its token read out (#tree-cursor, polite); Enter focuses it as a click would.
@@ -202,8 +214,8 @@
     holder.querySelectorAll(".esp-cursor").forEach((el) => el.classList.remove("esp-cursor"));
     const trace = plot.querySelectorAll(".scatterlayer .trace")[at.curve];
     trace?.querySelectorAll(".points path")[at.point]?.classList.add("esp-cursor");
-    try {  // the node's own hover label, as the mouse shows it (Plotly.js is global on a Gradio page)
-      window.Plotly?.Fx?.hover(plot, [{ curveNumber: at.curve, pointNumber: at.point }]);
+    try {  // the node's own hover label, as the mouse shows it
+      api.player?.plotly()?.Fx?.hover(plot, [{ curveNumber: at.curve, pointNumber: at.point }]);
     } catch { /* no hover label: the outline and the words below still say where the cursor is */ }
     let said = byId("tree-cursor");
     if (!said) {  // on <body>: Gradio redraws the figure's own block
@@ -229,7 +241,7 @@
       e.preventDefault();
       let at = nodes.findIndex((n) => n.node === api.treeNode);
       if (e.key === "Enter") {
-        if (at >= 0) sendClick("node", nodes[at].node);
+        if (at >= 0) api.player?.focus(nodes[at].node);
         return;
       }
       at = at < 0 ? (move > 0 ? 0 : nodes.length - 1) : (at + move + nodes.length) % nodes.length;

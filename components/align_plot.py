@@ -16,6 +16,7 @@ GROUPS = {"accepted": palette.ACCEPTED, "rejected": palette.REJECTED}
 # The second cue beside the colour: accepted lines solid with round marks, rejected dashed with crosses.
 DASHES = {"accepted": "solid", "rejected": "dash"}
 SYMBOLS = {"accepted": "circle", "rejected": "x"}
+NO_ALIGNMENT = "No alignment yet: ESP records it once a mask's position is filled."
 
 
 def layer_stats(records: Sequence[AlignmentTrace], raw: bool = False) -> dict[str, dict]:
@@ -37,23 +38,53 @@ def align_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, raw
     node where the walk stopped has them: its masks draft the next step)."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
-    title = "Mask-to-future alignment (cosine per layer" + (", raw)" if raw else ", mean-centred)")
     run = [r for s in steps[: upto + 1] for r in s.alignment]
     focused = mask_records(steps, upto, focus) if focus is not None else []
     if not run and not focused:
-        return message_figure(title, "No alignment yet: ESP records it once a mask's position is filled.", height)
-    data = []
-    for axis, records in (("", steps[upto].alignment), ("2", run)):
-        for group, st in layer_stats(records, raw).items():
-            data += _band(axis, group, st, legend=axis == "2")
+        return message_figure(_title(raw), NO_ALIGNMENT, height)
+    data = step_bands(steps[upto].alignment, raw) + _bands("2", run, raw, legend=True)
     data += [_focus_line(r, raw, focus) for r in focused]
-    layout = base_layout(title, height, **two_panels((f"this step ({upto})", f"run so far (steps 0-{upto})")))
+    return figure(data, _layout(raw, height, (f"this step ({upto})", f"run so far (steps 0-{upto})")))
+
+
+def align_run_figure(steps: Sequence[StepTrace | dict], raw: bool = False, height: int = 340) -> go.Figure:
+    """The player's alignment: every record of the run on the right panel; the left one, "this step", is the
+    shown step's (step_bands and focus_lines of its frame, which the player draws there)."""
+    steps = as_steps(steps)
+    run = [r for s in steps for r in s.alignment]
+    if not run:
+        return message_figure(_title(raw), NO_ALIGNMENT, height)
+    return figure(_bands("2", run, raw, legend=True),
+                  _layout(raw, height, ("this step", f"the run (steps 0-{len(steps) - 1})")))
+
+
+def step_bands(records: Sequence[AlignmentTrace], raw: bool = False) -> list[dict]:
+    """The left panel's bands: mean and ±1 std per group of `records` (a step's own)."""
+    return _bands("", records, raw, legend=False)
+
+
+def focus_lines(steps: Sequence[StepTrace | dict], upto: int, focus: int, raw: bool = False) -> list[dict]:
+    """Node `focus` of step `upto`: its masks' own curves, for the left panel (none unless it is where the
+    walk stopped and later steps resolved its masks)."""
+    return [_focus_line(r, raw, focus) for r in mask_records(steps, upto, focus)]
+
+
+def _title(raw: bool) -> str:
+    return "Mask-to-future alignment (cosine per layer" + (", raw)" if raw else ", mean-centred)")
+
+
+def _layout(raw: bool, height: int, titles: tuple[str, str]) -> dict:
+    layout = base_layout(_title(raw), height, **two_panels(titles))
     layout["margin"]["t"] = 60
     axis_title = {"text": "layer (0 = embeddings)", "font": {"size": 10}}
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = axis_title
     layout["yaxis"]["title"] = {"text": "cosine"}
     layout["yaxis2"]["matches"] = "y"
-    return figure(data, layout)
+    return layout
+
+
+def _bands(axis: str, records: Sequence[AlignmentTrace], raw: bool, legend: bool) -> list[dict]:
+    return [t for group, st in layer_stats(records, raw).items() for t in _band(axis, group, st, legend)]
 
 
 def _band(axis: str, group: str, st: dict, legend: bool) -> list[dict]:

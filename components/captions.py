@@ -17,15 +17,16 @@ CAPTIONS = {
             "= the accepted path, kept in the cache. Rows 'mask v.j' are ESP's mask tokens; tags [E/L/T/P] name "
             "a draft's source, in its colour.",
     "align": "Cosine per layer between a mask's state and the real token that later took its place: green solid "
-             "(●) = accepted drafts, vermillion dashed (✗) = rejected; left this step, right the run so far.",
+             "(●) = accepted drafts, vermillion dashed (✗) = rejected; left this step, right the whole run.",
     "eye": "The verifier's eye: the model's top choices where the walk stopped, or where the focused node was "
            "decided; a draft checked there is green ✓ (accepted) or vermillion ✗ (rejected), with its rank.",
     "lens": "Mask Lens (a raw logit lens, no trained translator): each mask's layers read as tokens, the top-1 "
             "per cell (bold = the token that really came), shaded by that real token's probability; "
             "uncoloured = not known yet. Hover a cell for the top 5.",
     "commit": "Over the generated text: each token accepted from an ESP mask, shaded by the layer from which "
-              "it was that mask's top-1 for good (L = that layer; darker = earlier).",
-    "lens_rank": "Run so far: where the real token ranks under the raw logit lens, layer by layer, for masks "
+              "it was that mask's top-1 for good (L = that layer; darker = earlier); the shown step's tokens "
+              "are outlined.",
+    "lens_rank": "The whole run: where the real token ranks under the raw logit lens, layer by layer, for masks "
                  "whose draft was accepted (green solid ●) or rejected (vermillion dashed ✗).",
     "hist": "How many drafts each step accepted (0 = only the model's own token); the shown step's bar is dark "
             "and labelled.",

@@ -13,7 +13,9 @@ from . import palette
 
 # Neutral tones are mid-grey with alpha, never an opaque grey or white: they read on a light page and on a
 # dark one alike, so a figure needs no rebuild when the page switches theme (docs/app_guide.md, "Theme").
-INK = "rgba(128,128,128,0.95)"  # secondary text, reference lines
+# Secondary text and reference lines: dark enough for 4.5:1 on a light page (WCAG AA for small text); on a dark
+# one the page's CSS writes figure text in its own colour (assets/app.css, components/lecture.py PLAYER_CSS).
+INK = "rgba(100,100,100,0.95)"
 FAINT = "rgba(128,128,128,0.5)"  # edges, pruned nodes, earlier steps
 GRID = "rgba(128,128,128,0.22)"  # axis grid and zero lines
 WASH = "rgba(128,128,128,0.12)"  # blocked cells of the mask

@@ -52,17 +52,71 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
     `device` names the device the curve was measured on, in the title."""
     steps = as_steps(steps)
     upto = len(steps) - 1 if upto is None else upto
-    title = f"What a step costs{' on this ' + plot_text(device) if device else ''} (in single-token forwards)"
     step = steps[upto]
     curve = step_curve(step, machine)
     if curve is None or not curve.get("q"):
-        return message_figure(title, "No cost curve for this run's machine.", height)
+        return message_figure(_title(device), "No cost curve for this run's machine.", height)
     if step.prefill:
-        return message_figure(title, PREFILL_NOTE, height)
-    qs = sorted(set(list(curve["q"]) + [1]))
+        return message_figure(_title(device), PREFILL_NOTE, height)
     # The prefill prices the prompt, not a draft; like the timing view, only the last WINDOW steps are drawn.
     run = [s for s in steps[max(0, upto + 1 - WINDOW) : upto + 1] if not s.prefill]
+    marks = [m for m in step_marks(step, f"step {upto}") if m["x"]]
+    return _figure(curve, run, marks, height, device)
+
+
+def cost_run_figure(steps: Sequence[StepTrace | dict], machine: Curve | None = None, height: int = 340,
+                    device: str | None = None) -> go.Figure:
+    """The player's cost view: cost_figure over every decoding step of the run, its MARKS traces empty (the
+    player's cursor fills them with mark_points of the shown step)."""
+    steps = as_steps(steps)
+    curve = step_curve(steps[-1], machine)
+    if curve is None or not curve.get("q"):
+        return message_figure(_title(device), "No cost curve for this run's machine.", height)
+    run = [s for s in steps if not s.prefill]
+    if not run:
+        return message_figure(_title(device), PREFILL_NOTE, height)
+    return _figure(curve, run, step_marks(None, "shown step"), height, device)
+
+
+# The shown step's marks on the left panel, after the break-even line and the run's steps: emitted, oracle width
+# and expected tokens (the last only where the step's cost record has it).
+MARKS = (2, 3, 4)
+
+
+def mark_points(step: StepTrace | None) -> list[list[list]]:
+    """[xs, ys] of each of the MARKS for `step`: one point each, or none (no step, the prefill, nothing expected)."""
+    if step is None or step.prefill:
+        return [[[], []] for _ in MARKS]
     width, tokens = step_width(step), len(step.emitted)
+    expected = step.cost.get("expected_tokens") if step.cost else None
+    return [[[width], [tokens]], [[oracle_width(step)], [tokens]],
+            [[width], [expected]] if expected is not None else [[], []]]
+
+
+def step_marks(step: StepTrace | None, name: str) -> list[dict]:
+    """The MARKS traces of `step` (see mark_points), named after it."""
+    (ex, ey), (ox, oy), (px, py) = mark_points(step)
+    return [
+        {"type": "scatter", "x": ex, "y": ey, "mode": "markers", "name": f"{name}: emitted",
+         "marker": {"color": TOKENS, "size": 14, "symbol": "circle"},
+         "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
+        {"type": "scatter", "x": ox, "y": oy, "mode": "markers", "name": "oracle width",
+         "marker": {"color": TOKENS, "size": 14, "symbol": "square-open"},
+         "hovertemplate": "the same tokens from %{x} rows: the root, the accepted path and the masks on its "
+                          "end<extra></extra>"},
+        {"type": "scatter", "x": px, "y": py, "mode": "markers", "name": "expected",
+         "marker": {"color": TIME, "size": 12, "symbol": "diamond-open"},
+         "hovertemplate": "expected %{y:.2f} tokens<extra></extra>"},
+    ]
+
+
+def _title(device: str | None) -> str:
+    return f"What a step costs{' on this ' + plot_text(device) if device else ''} (in single-token forwards)"
+
+
+def _figure(curve: Curve, run: list[StepTrace], marks: list[dict], height: int, device: str | None) -> go.Figure:
+    """Break-even line, `run`'s steps in grey, `marks`, then per step of `run` its tokens and time."""
+    qs = sorted(set(list(curve["q"]) + [1]))
     t1 = float(np.interp(1, curve["q"], curve["t"]))
     data = [
         {"type": "scatter", "x": qs, "y": [ratio(curve, q) for q in qs], "mode": "lines+markers",
@@ -71,18 +125,8 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
         {"type": "scatter", "x": [step_width(s) for s in run], "y": [len(s.emitted) for s in run], "mode": "markers",
          "name": "steps so far", "marker": {"color": FAINT, "size": 6},
          "hovertemplate": "%{x} rows, %{y} tokens<extra></extra>"},
-        {"type": "scatter", "x": [width], "y": [tokens], "mode": "markers", "name": f"step {upto}: emitted",
-         "marker": {"color": TOKENS, "size": 14, "symbol": "circle"},
-         "hovertemplate": "this step: %{x} rows, %{y} tokens emitted<extra></extra>"},
-        {"type": "scatter", "x": [oracle_width(step)], "y": [tokens], "mode": "markers", "name": "oracle width",
-         "marker": {"color": TOKENS, "size": 14, "symbol": "square-open"},
-         "hovertemplate": "the same tokens from %{x} rows: the root, the accepted path and the masks on its "
-                          "end<extra></extra>"},
+        *marks,
     ]
-    if step.cost and step.cost.get("expected_tokens") is not None:
-        data.append({"type": "scatter", "x": [width], "y": [step.cost["expected_tokens"]], "mode": "markers",
-                     "name": "expected", "marker": {"color": TIME, "size": 12, "symbol": "diamond-open"},
-                     "hovertemplate": "expected %{y:.2f} tokens<extra></extra>"})
     xs = [s.step for s in run]
     data += [
         {"type": "bar", "x": xs, "y": [len(s.emitted) for s in run], "name": "tokens per step",
@@ -93,7 +137,8 @@ def cost_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, mach
          "xaxis": "x2", "yaxis": "y2",
          "hovertemplate": "step %{x}: %{y:.2f}× a one-row forward<extra></extra>"},
     ]
-    layout = base_layout(title, height, **two_panels(("tokens per step vs block width", "per step: tokens vs time")))
+    layout = base_layout(_title(device), height,
+                         **two_panels(("tokens per step vs block width", "per step: tokens vs time")))
     layout["margin"]["t"] = 60
     layout["xaxis"]["title"] = {"text": "block width q (rows fed)", "font": {"size": 10}}
     layout["xaxis2"]["title"] = {"text": "step", "font": {"size": 10}}

@@ -143,13 +143,25 @@ def eye_figure(step: StepTrace | dict, meta: Mapping | None = None, focus: int |
     one that decided node `focus`, or where the walk stopped. customdata per bar: [step, row, token id, node
     index of the draft or -1]."""
     step, meta = as_step(step), meta or {}
-    title = f"{TITLE} · step {step.step}"
     if not step.eye:
-        return message_figure(title, NO_EYE, height)
+        return message_figure(f"{TITLE} · step {step.step}", NO_EYE, height)
     row, node = shown_row(step, focus)
     if row is None:
-        return message_figure(title, f"Node {focus} was never checked: its parent was not on the accepted path "
-                                     "(or it was pruned), so the verifier never decided it.", height)
+        return message_figure(f"{TITLE} · step {step.step}", f"Node {focus} was never checked: its parent was not "
+                              "on the accepted path (or it was pruned), so the verifier never decided it.", height)
+    return eye_row_figure(step, meta, row, node, height)
+
+
+def eye_rows(step: StepTrace, meta: Mapping) -> list[go.Figure]:
+    """eye_row_figure for every row of the step's accepted path (the root's, then each accepted draft's), with
+    no draft outlined; none without a record."""
+    return [eye_row_figure(step, meta, row) for row in range(len(step.accepted) + 1)] if step.eye else []
+
+
+def eye_row_figure(step: StepTrace, meta: Mapping, row: int, node: NodeTrace | None = None,
+                   height: int = 300) -> go.Figure:
+    """eye_figure at eye row `row`, with draft `node` (one checked there) outlined."""
+    title = f"{TITLE} · step {step.step}"
     pairs = eye_pairs(step, row)
     if not pairs:
         return message_figure(title, f"No verifier's record at row {row} of step {step.step} (the run ended "

@@ -183,8 +183,7 @@ def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, he
     if not found:
         return message_figure(title, "No draft from an ESP mask accepted yet (with its lens resolved).", height or 240)
     tokens = [(s.step, t) for s in steps[: upto + 1] for t in s.emitted_text]
-    first = max(0, len(tokens) - STRIP_TOKENS)
-    first -= first % WRAP  # keep each token in its column as the window slides
+    first = strip_start(len(tokens))
     layers = max(len(r.rank) for r, _ in found.values())
     z, text, hover, custom = [], [], [], []
     for line in range(first, len(tokens), WRAP):
@@ -208,6 +207,13 @@ def commit_figure(steps: Sequence[StepTrace | dict], upto: int | None = None, he
         xaxis={"visible": False}, yaxis={"visible": False, "autorange": "reversed"})
     layout["margin"]["b"] = 44
     return figure(data, layout)
+
+
+def strip_start(tokens: int) -> int:
+    """The text index of the strip's first token for a text of `tokens` tokens: the newest STRIP_TOKENS, from the
+    start of a line of WRAP, so that each token keeps its column as the window slides."""
+    first = max(0, tokens - STRIP_TOKENS)
+    return first - first % WRAP
 
 
 def _strip_hover(tok: str, k: int, step: int, rec: LensReal | None, layer: int | None, layers: int) -> str:

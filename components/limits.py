@@ -3,9 +3,10 @@ shares its one model among visitors (queue, sessions, Compare's tokens, concurre
 
 Set by environment variables, read once at start: ESP_APP_MODELS (comma-separated names: 'embedded', Hub
 ids, folders), ESP_APP_MAX_PROMPT_TOKENS, ESP_APP_MAX_NEW_TOKENS, ESP_APP_MAX_COMPARE_TOKENS,
-ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_THREADS, ESP_APP_VISITOR_RUNS,
-ESP_APP_VISITOR_WAITING, ESP_APP_VISITOR_SESSIONS, ESP_APP_SESSION_RENDERS, ESP_APP_SESSION_IDLE_S, ESP_APP_ROOMS,
-ESP_APP_VISITOR_ROOMS, ESP_APP_ROOM_TTL_S and ESP_APP_TRUSTED_PROXIES (comma-separated addresses or networks).
+ESP_APP_QUEUE_SIZE, ESP_APP_MAX_SESSIONS, ESP_APP_HELD_RUNS, ESP_APP_LINE_SIZE, ESP_APP_BATCH_ROWS, ESP_APP_THREADS,
+ESP_APP_VISITOR_RUNS, ESP_APP_VISITOR_WAITING, ESP_APP_VISITOR_SESSIONS, ESP_APP_SESSION_RENDERS,
+ESP_APP_SESSION_IDLE_S, ESP_APP_ROOMS, ESP_APP_VISITOR_ROOMS, ESP_APP_ROOM_TTL_S and ESP_APP_TRUSTED_PROXIES
+(comma-separated addresses or networks).
 docs/SECURITY.md lists every cap and where it is enforced. The CLI and the benchmark do not go through these
 limits: they load any id or folder they are given.
 """
@@ -81,9 +82,13 @@ class Limits:
     # cells each); beyond this the least recently used one's steps are let go (explorer.session).
     held_runs: int = 64
     # Events re-rendering stored steps (scrub, play, focus, tour, open a trace) at once; exports at once.
-    # The model's events run one at a time (concurrency_id "model").
     render_concurrency: int = 2
     export_concurrency: int = 1
+    # The model's events (Run, Compare, What-if; concurrency_id "model") inside the server at once: waiting in
+    # its line for the model, each told its place (explorer.line), or using it; more wait in Gradio's queue.
+    line_size: int = 64
+    # Runs decoded together in one batch, each a row of its own (explorer.batch): a class, every student at once.
+    batch_rows: int = 32
     # torch CPU threads for decoding. One core is left to the web server (and, on a laptop, the browser):
     # with every core in torch's pool, a busy 2-core machine made steps 5x slower (pool threads spin-wait
     # for a core) and Stop, which acts at step boundaries, took seconds.
@@ -128,7 +133,7 @@ class Limits:
                 listed += [m for m in (*SPACE_MODELS, *GPU_SPACE_MODELS) if in_local_cache(m)]
         numbers = {name: _int(env, f"ESP_APP_{name.upper()}", getattr(cls, name))
                    for name in ("max_prompt_tokens", "max_new_tokens", "max_compare_tokens", "queue_size",
-                                "max_sessions", "held_runs", "threads", "visitor_runs", "visitor_waiting",
+                                "max_sessions", "held_runs", "line_size", "batch_rows", "threads", "visitor_runs", "visitor_waiting",
                                 "visitor_sessions", "session_renders", "session_idle_s", "rooms", "visitor_rooms",
                                 "room_ttl_s")}
         proxies = env.get("ESP_APP_TRUSTED_PROXIES")

@@ -2,8 +2,8 @@
 as the lecture player's data, for the notebook widget (components/widget.py) or a page of its own.
 
 The widget and its HTML export run the lecture file's own player (components/lecture.py: PLAYER_JS on
-PLAYER_MARKUP with step_frames' data); this module only adds the host around it: one player per run, side by
-side, and a line saying what a view lacks when the run did not record it.
+PLAYER_MARKUP with components/frames.py run_data, as the app's page does); this module only adds the host around
+it: one player per run, side by side, and a line saying what a view lacks when the run did not record it.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from esp.trace import StepTrace
 
 from .export import read_trace_json
 from .palette import FOCUS, REJECTED
-from .lecture import (PERIOD_MS, PLAYER_CSS, PLAYER_JS, PLOTLY_VERSION, fill, packed_plotly, player_markup,
-                      script_json, step_frames)
+from .frames import run_data
+from .lecture import PERIOD_MS, PLAYER_CSS, PLAYER_JS, PLOTLY_VERSION, fill, packed_plotly, player_markup, script_json
 from .stats import run_summary
 
 TAKES = ("esp.show takes a Result of esp.decode (or a list of them), the StepTraces of esp.stream, a trace JSON "
@@ -126,9 +126,9 @@ def run_head(run: Run) -> str:
 
 
 def widget_state(runs: list[Run]) -> dict:
-    """The widget's synced data (STATE): per run its markup and step_frames, and Plotly.js packed once."""
+    """The widget's synced data (STATE): per run its markup and run_data, and Plotly.js packed once."""
     return {"runs": [{"label": r.label, "markup": run_head(r) + "\n" + player_markup(r.steps),
-                      "frames": step_frames(r.steps, r.meta), "figures": []} for r in runs],
+                      **run_data(r.steps, r.meta), "figures": []} for r in runs],
             "plotly": packed_plotly(), "version": PLOTLY_VERSION, "period": PERIOD_MS}
 
 

@@ -30,6 +30,8 @@ ACCEPT_MARK, REJECT_MARK = "✓", "✗"
 
 # The focused node's outline in every view: a deep pink, far from every colour above under either deficiency.
 FOCUS = "#c0007f"
+# The same pink, lighter, where an outline in it sits on a dark page (3:1 against it, as non-text must be).
+FOCUS_DARK = "#ff6ec7"
 # Neutral tones (mid-grey with alpha: they read on a light page and a dark one) carry no category; their
 # shape or label says what they are: the root (a square), tokens no draft won (plain decoding's, the
 # prefill's: labelled in the text), the verifier's choices nobody drafted, cells whose value is not known yet.

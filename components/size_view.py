@@ -1,11 +1,15 @@
 """The paper's lesson from shipped bench results: tau of ESP and of each baseline per model size
-(docs/results/model_size.json, written by `python -m esp.bench model-size`), and why ESP's margin grows with the model."""
+(docs/results/model_size.json, written by `python -m esp.bench model-size`), and why ESP's margin grows with the model;
+and the paper's ablations at the sizes measured here (esp.bench.paper, the results manifest's `paper` table)."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import plotly.graph_objects as go
+
+from esp.bench import paper
 
 from . import palette
 from .common import FAINT, INK, base_layout, figure, message_figure
@@ -96,3 +100,56 @@ def size_sentences(path: str | Path = RESULTS, esp: str = ESP) -> str:
 def _setting(spec: str) -> str:
     """'esp:k=1:bc=60' -> 'k=1, BC=60'."""
     return ", ".join(p.replace("bc=", "BC=") for p in spec.split(":")[1:]) or "defaults"
+
+
+# ---------------------------------------------------------------- the paper's ablations (issue 50)
+
+ABLATION_TITLE = "The paper's ablations: each arm's τ − the base arm's (95% CI over questions)"
+MODEL_COLORS = (palette.OKABE_ITO["vermillion"], palette.SOURCES["esp"])
+
+
+@lru_cache(maxsize=4)
+def _paper(results: Path) -> list[tuple[str, dict, dict]]:
+    return paper.shipped(results)
+
+
+def ablation_figure(results: str | Path = RESULTS.parent, height: int = 520) -> go.Figure:
+    """Per arm of the paper's ablation (the base arm left out), its τ difference from the base arm, paired by
+    question, with its 95% interval, a marker per model; a message figure when the results are missing."""
+    try:
+        models = _paper(Path(results))
+    except ValueError as e:
+        return message_figure(ABLATION_TITLE, str(e), height)
+    arms = [a for a in paper.ARMS if a.spec != paper.BASE]
+    data = []
+    for m, ((label, run, _), color) in enumerate(zip(models, MODEL_COLORS)):
+        got = [(i, paper.paired_to_base(run, a.spec)[0]) for i, a in enumerate(arms) if a.spec in run["results"]]
+        data.append({"type": "scatter", "mode": "markers", "name": label, "marker": {"color": color, "size": 8,
+                     "symbol": ("circle", "diamond")[m % 2]},
+                     "x": [p.mean for _, p in got], "y": [i + (0.18 if m else -0.18) for i, _ in got],
+                     "error_x": {"type": "data", "symmetric": False, "color": color, "thickness": 1.5,
+                                 "array": [p.hi - p.mean for _, p in got], "arrayminus": [p.mean - p.lo for _, p in got]},
+                     "customdata": [[arms[i].label, p.word] for i, p in got],
+                     "hovertemplate": f"{label}: %{{customdata[0]}}<br>τ − base %{{x:+.3f}} (%{{customdata[1]}})<extra></extra>"})
+    zero = {"type": "line", "yref": "paper", "x0": 0, "x1": 0, "y0": 0, "y1": 1, "line": {"color": FAINT, "dash": "dot"}}
+    layout = base_layout(ABLATION_TITLE, height, shapes=[zero],
+                         xaxis={"title": {"text": "τ − base arm's τ", "font": {"size": 10}}, "zeroline": False},
+                         yaxis={"tickvals": list(range(len(arms))), "ticktext": [a.label for a in arms],
+                                "autorange": "reversed", "tickfont": {"size": 10}})
+    return figure(data, layout)
+
+
+def ablation_sentences(results: str | Path = RESULTS.parent) -> str:
+    """Per model, which of the paper's claims hold and which do not (or why there is nothing to show)."""
+    try:
+        models = _paper(Path(results))
+    except ValueError as e:
+        return str(e)
+    parts = []
+    for label, run, lens in models:
+        said = paper.claims(run, lens)
+        held = [text for text, got in said if got and got[0]]
+        not_held = [text for text, got in said if got and not got[0]]
+        parts.append(f"On {label} these hold: {'; '.join(held) or 'none'}. These do not: {'; '.join(not_held) or 'none'}.")
+    return (f"Base arm: {paper.BY_SPEC[paper.BASE].label.removeprefix('base: ')}. " + " ".join(parts)
+            + " Every figure, the alignment figure and the measured reasons: docs/BENCHMARKS.md.")

@@ -26,14 +26,26 @@ def run_summary(steps: Sequence[StepTrace | dict], upto: int | None = None) -> R
     return summarize(method, done, sum(s.timings.get("total", 0.0) for s in done))
 
 
+def stats_cells(summary: RunSummary) -> list[tuple[str, str]]:
+    """The headline numbers as (heading, value) pairs (numbers only: no text from a trace)."""
+    saved = summary.tokens - summary.forwards  # plain decoding needs one forward per token
+    return [("tokens", str(summary.tokens)), ("forwards", str(summary.forwards)),
+            ("τ (tokens/forward)", f"{summary.tau:.2f}"), ("tokens/s", f"{summary.tokens_per_s:.1f}"),
+            ("forwards saved", str(saved))]
+
+
 def stats_markdown(summary: RunSummary) -> str:
     """The headline numbers as a one-row Markdown table."""
-    saved = summary.tokens - summary.forwards  # plain decoding needs one forward per token
-    return (
-        "| tokens | forwards | τ (tokens/forward) | tokens/s | forwards saved |\n"
-        "|---:|---:|---:|---:|---:|\n"
-        f"| {summary.tokens} | {summary.forwards} | {summary.tau:.2f} | {summary.tokens_per_s:.1f} | {saved} |"
-    )
+    cells = stats_cells(summary)
+    return (f"| {' | '.join(h for h, _ in cells)} |\n|{'---:|' * len(cells)}\n"
+            f"| {' | '.join(v for _, v in cells)} |")
+
+
+def stats_html(summary: RunSummary) -> str:
+    """The headline numbers as a one-row HTML table (the player's; its cells are numbers and fixed words)."""
+    cells = stats_cells(summary)
+    return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h, _ in cells) + "</tr></thead><tbody><tr>"
+            + "".join(f"<td>{v}</td>" for _, v in cells) + "</tr></tbody></table>")
 
 
 def accept_hist_figure(summary: RunSummary, current: int | None = None, height: int = 260) -> go.Figure:

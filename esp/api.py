@@ -76,8 +76,8 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     (empty: none). `settings` are the method's, as in its spec (k=2, bc="auto", ...); in a batch every
     prompt gets a drafter of its own, and `batch_size` caps the prompts decoded at once (the next one joins
     as a row ends; default: all of them). `views=True` records everything the explorer draws in each step's
-    trace (the attention pattern, the alignment, the Mask Lens and the verifier's eye), one prompt at a time; it
-    costs time, so it is off. `trace_mask=True` keeps only each step's attention pattern (the view `esp.show`
+    trace (the attention pattern, the alignment, the Mask Lens and the verifier's eye; in a batch, each row's as it
+    would be alone); it costs some time (docs/BENCHMARKS.md), so it is off. `trace_mask=True` keeps only each step's attention pattern (the view `esp.show`
     draws; rows x rows booleans a step, kept for the whole run), in a batch too. Anything wrong raises ESPError
     with one line."""
     lm = wrap(model, tokenizer)
@@ -89,11 +89,9 @@ def prepare(model, tokenizer, prompt, method: str = DEFAULT_METHOD, max_new_toke
     # No per-phase device syncs and, unless asked, no mask in the traces: a caller wants the tokens fast (bc=auto
     # still times its forwards, and the run's seconds are measured either way).
     if batch is not None:
-        if views:
-            raise ESPError("views=True records one prompt at a time: decode the prompts one by one.")
         drafters, planner = build_batch(spec, len(batch))
-        dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, trace_mask=trace_mask, planner=planner,
-                           batch_size=batch_size)
+        dec = BatchDecoder(lm, drafters, sampling, max_new_tokens, trace_mask=trace_mask or views, planner=planner,
+                           batch_size=batch_size, views=views)
         for ids in batch:
             dec.check_prompt(ids)
         return dec, batch, chat

@@ -1,12 +1,13 @@
-"""The page's event handlers: check the request, make the GPU call, rebuild the session, render.
+"""The page's event handlers: check the request, make the GPU call, rebuild the session, make the player's data.
 
 Everything here runs in the main process. A handler validates its inputs before any GPU call (a refusal
 costs no GPU time), calls one of `explorer.worker`'s functions, and turns the plain data that comes back
-into the session's traces and the page's figures. `running` is set and reset here, in the handler's own
+into the session's traces and the data of the page's player (components/frames.py: each step's frame once). `running` is set and reset here, in the handler's own
 `finally`, whatever happened to the worker.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -20,8 +21,12 @@ import gradio as gr
 from components.common import md_text
 from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
+from components.align_plot import align_figure
 from components.export import read_trace_json, write_trace_json
+from components.frames import STYLE, Feed, run_data, step_frame
 from components.lecture import write_lecture
+from components.mask_plot import mask_figure
+from components.stats import accept_hist_figure, run_summary, timing_figure
 from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
@@ -34,12 +39,12 @@ from esp.models.loader import EMBEDDED
 from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
-from explorer import emulation, gpu
+from explorer import batch, emulation, gpu, line
 from explorer.recipe import Recipe
-from explorer.requests import FOCUS, Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
+from explorer.requests import Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from explorer.session import Session
-from explorer.views import FAST_VIEWS, VIEWS, refusal, render, status
-from explorer.worker import decode_once, rerun_step, run_steps
+from explorer.views import opened, payload, refusal, status
+from explorer.worker import decode_once, rerun_step
 
 log = logging.getLogger("esp.app")
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +60,13 @@ SHIPPED = {path.stem: path for path in TRACES.values()}
 # What the page opens on (no model call): ESP alone on a model where it wins (Qwen2.5-Coder-1.5B, tau 1.6),
 # recorded with the Mask Lens, the verifier's eye and the alignment. The tour starts on it (tests/test_tour.py).
 OPENING = "trace_qwen15"
-# While a run streams, the page gets at most one update per UPDATE_S (steps in between are stored, not
-# sent: a 2-core machine's browser cannot redraw seven figures per 80 ms step and stops answering clicks).
-# The views that change little per step follow every SLOW_UPDATE_S; the last step is always sent.
+# While a run streams, the page gets at most one update per UPDATE_S, holding the frames of every step made
+# since the last one (the player keeps them all and draws the newest); the views of the whole run come again
+# every SLOW_UPDATE_S. A 2-core machine's browser, drawing all the while, still answers a click at once.
 UPDATE_S = 1.0
 SLOW_UPDATE_S = 3.0
+# The outputs of whatever shows a run: status, the player's data, session.
+OPENED = 3
 KNOB_INFO = {"k": "mask tokens = tree depth", "bc": "block budget: tokens per forward",
              "lam": "EMA rate of the mask tokens", "init": "mask embedding at the start",
              "tree": "static shape or best-first"}
@@ -122,71 +129,69 @@ def stored_step(session: Session | None, i: int | None, to: str = "show") -> int
     return i or 0
 
 
-@guard("show_step", 2 + len(VIEWS), i=STEP, focus=FOCUS)
-def show_step(session: Session | None, i: int | None, focus: int | None = None) -> tuple:
-    """Re-render a stored step (the scrubber), with node `focus` of it outlined in every view if given;
-    needs no model. Outputs: status, scrubber, *VIEWS."""
+@guard("show_step", 2, i=STEP)
+def show_step(session: Session | None, i: int | None) -> tuple:
+    """Step i of the stored run, for an API caller (the page's player holds every step and shows them itself):
+    (status, the player's message with that step's frame: components.frames.step_frame)."""
     i = stored_step(session, i)
     session.hold()
-    return (status(session, i), gr.update(value=i), *render(session, i, focus=focus))
+    return status(session), payload(show=i, frames={str(i): step_frame(session.steps, i, session.meta)})
 
 
-def step_by(delta: int):
-    """The ◀ / ▶ buttons: the step before or after i, staying within the run."""
-    @guard("show_step", 2 + len(VIEWS), i=STEP)
-    def move(session: Session | None, i: int | None) -> tuple:
-        last = len(session.steps) - 1 if session is not None and session.steps else 0
-        return show_step(session, min(max((i or 0) + delta, 0), last))
-    return move
+def _shown(session: Session, state: str = "done", i: int | None = None, data: dict | None = None) -> tuple:
+    """The session's run with its status, the player showing step i (default: the last): the output that opens a
+    trace. Outputs: (status, player, session)."""
+    return status(session, state), opened(session, i, data), session
 
 
-def _shown(session: Session, state: str = "done", i: int | None = None) -> tuple:
-    """Step i (default: the last) with its status: the output that closes a run or opens a trace."""
-    last = len(session.steps) - 1
-    i = last if i is None else i
-    return (status(session, i, state), gr.update(maximum=max(last, 1), value=i), *render(session, i), session)
-
-
-def open_trace(file: str | None, session: Session | None = None, step: int | None = None) -> tuple:
+def open_trace(file: str | None, session: Session | None = None, step: int | None = None,
+               data: dict | None = None) -> tuple:
     """Show a recorded trace (exported by the app, or shipped in assets/) with every view, without any
-    model, at `step` (default: its last). Outputs: (status, scrubber, *VIEWS, session). The file is untrusted
-    input: it is checked against every cap of components/trace_schema.py and the server's LIMITS before
-    anything is stored, and a refused file gets one line and leaves the session exactly as it was."""
-    outputs = 3 + len(VIEWS)
+    model, at `step` (default: its last). Outputs: (status, player, session). The file is untrusted input: it is
+    checked against every cap of components/trace_schema.py and the server's LIMITS before anything is stored,
+    and a refused file gets one line and leaves the session exactly as it was. `data`: the trace's player data
+    when it is made already (a shipped trace's)."""
     if not file:
-        return refusal("Choose a trace file (.json) first.", outputs, "open_trace")
+        return refusal("Choose a trace file (.json) first.", OPENED, "open_trace")
     session = session or Session()
     if session.running:
-        return refusal("A run is streaming: stop it before opening a trace.", outputs, "open_trace")
+        return refusal("A run is streaming: stop it before opening a trace.", OPENED, "open_trace")
     try:
         meta, steps = read_trace_json(file, LIMITS)
     except (OSError, ValueError) as e:
         detail = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         return refusal(f"This is not an ESP Explorer trace ({detail}): open a JSON file written by Export.",
-                       outputs, "open_trace")
+                       OPENED, "open_trace")
     meta.setdefault("settings", meta.get("spec", steps[0].method))
     meta["opened"] = Path(file).name[:LABEL_CHARS]
-    # Drawn into a candidate first: the session takes the trace only once every view of it rendered.
+    # Drawn into a candidate first: the session takes the trace only once every view of it was made.
     candidate = Session(steps=steps, meta=meta)
     i = None if step is None else min(max(step, 0), len(steps) - 1)
     try:
-        shown = _shown(candidate, i=i)
+        shown = _shown(candidate, i=i, data=data or run_data(steps, meta))
     except Exception:  # noqa: BLE001 - a trace the schema let through but a view cannot draw is a bug here
         log.exception("a checked trace failed to render")
-        return refusal("This trace could not be drawn: open a JSON file written by Export.", outputs, "open_trace")
+        return refusal("This trace could not be drawn: open a JSON file written by Export.", OPENED, "open_trace")
     session.load(steps, meta)
     return (*shown[:-1], session)
+
+
+@functools.lru_cache(maxsize=len(TRACES))
+def shipped_data(stem: str) -> dict:
+    """A shipped trace's player data, made once per server: every page opens on one."""
+    meta, steps = read_trace_json(SHIPPED[stem], LIMITS)
+    return run_data(steps, {**meta, "settings": meta.get("settings", meta.get("spec", steps[0].method))})
 
 
 # A shipped trace is named by its label (the page's list) or its file stem (a link, the tour).
 SHIPPED_NAME = Choice("recorded trace", (*TRACES, *SHIPPED), unknown="No recorded trace called {value}.")
 
 
-@guard("open_trace", 3 + len(VIEWS), name=SHIPPED_NAME)
+@guard("open_trace", OPENED, name=SHIPPED_NAME)
 def open_shipped(name: str, session: Session | None = None, step: int | None = None) -> tuple:
     """Open one of the recorded traces shipped in assets/, by its label in TRACES or its file stem."""
     path = TRACES.get(name) or SHIPPED[name]
-    out = open_trace(str(path), session, step)
+    out = open_trace(str(path), session, step, shipped_data(path.stem))
     if isinstance(out[-1], Session):
         out[-1].meta["shipped"] = path.stem  # its name in a link
     return out
@@ -198,8 +203,11 @@ def export(session: Session | None, i: int | None) -> list[str]:
     step's figures below it (components/lecture.py; one packed copy of Plotly.js keeps it small)."""
     i = stored_step(session, i, "export")
     folder = session.export_dir()
-    views = dict(zip(VIEWS, render(session, i)))
-    figures = {f"{name} (step {i})": views[name] for name in ("tree", "mask", "align", "hist", "timing")}
+    steps, step = session.steps, session.steps[i]
+    views = {"tree": tree_figure(step), "mask": mask_figure(step), "align": align_figure(steps, i),
+             "hist": accept_hist_figure(run_summary(steps, i), None if step.prefill else len(step.accepted)),
+             "timing": timing_figure(steps, i)}
+    figures = {f"{name} (step {i})": fig for name, fig in views.items()}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return [
         str(write_trace_json(session.steps, session.meta, folder / f"esp-trace-{stamp}.json")),
@@ -258,42 +266,55 @@ RUN_FIELDS = {"prompt": PROMPT, "model": MODEL, **SETTINGS}
 COMPARE_FIELDS = {name: field for name, field in RUN_FIELDS.items() if name != "method"}
 
 
-@guard("generate", 3 + len(VIEWS), **RUN_FIELDS)
+@guard("generate", OPENED, **RUN_FIELDS)
 def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
              init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
              top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-             method: str = "esp", dtype: str = "float32", session: Session | None = None) -> Iterator[tuple]:
-    """Decode `prompt` with `method`, yielding (status, scrubber, *VIEWS, session) at most every
-    UPDATE_S; the last yield holds the last step's full views. Stop ends the run after the step in
-    progress. A refused input yields one message and leaves the page's views as they were."""
-    outputs = 3 + len(VIEWS)
+             method: str = "esp", dtype: str = "float32", session: Session | None = None,
+             request: gr.Request | None = None) -> Iterator[tuple]:
+    """Decode `prompt` with `method`, yielding (status, player, session) at most every UPDATE_S: the player's
+    message holds the frames of the steps made since the last one (components.frames.Feed; the first message
+    replaces the page's run), the run's views every SLOW_UPDATE_S and in the last one. While the run waits for
+    the model, the status says its place in the line (explorer.line); it then runs as a row of the shared batch
+    or alone (explorer.batch). Stop ends the run after the step in progress. A refused input yields one message
+    and leaves the page's views as they were."""
     try:
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
                                           temperature=temperature, top_p=top_p, seed=seed,
                                           max_new_tokens=max_new_tokens, layouts=layouts, method=method,
                                           dtype=dtype)
     except ESPError as e:
-        yield refusal(str(e), outputs, "generate")
+        yield refusal(str(e), OPENED, "generate")
         return
     session = session or Session()
     if session.running:
-        yield refusal("A run is already streaming in this page: stop it first.", outputs, "generate")
+        yield refusal("A run is already streaming in this page: stop it first.", OPENED, "generate")
         return
     token = session.start({
         "model": lm.name, "model_name": name, "prompt": prompt, "prompt_ids": ids, "method": settings.method,
         "spec": settings.spec(), "settings": settings.describe(), "sampling": asdict(settings.sampling()),
         "max_new_tokens": settings.max_new_tokens, "layouts": settings.layouts,
         "recipe": Recipe(prompt, name, settings).to_dict()})  # its link (explorer.recipe.link_of)
-    state = "done"
+    state, feed = "done", Feed()
+
+    def message(views: bool) -> dict:
+        """The player's message: the new steps' frames (the first message starts the run over)."""
+        first = feed.sent == 0
+        return payload(live=True, **({"reset": True, **STYLE} if first else {}),
+                       **feed.update(session.steps, session.meta, views or first))
+
     try:
-        # The first update carries the light views only: the page is busiest while the run starts.
         last_fast, last_slow = float("-inf"), time.monotonic()
         seconds = call_seconds(lm, settings.max_new_tokens)
-        with closing(run_steps(name, ids, settings, token, seconds=seconds)) as updates:
+        who = line.identity(request, LIMITS.trusted_proxies)
+        with closing(batch.updates(name, ids, settings, token, seconds=seconds, who=who)) as updates:
             for update in updates:
                 if "error" in update:
-                    yield refusal(update["error"], outputs, "generate")
+                    yield refusal(update["error"], OPENED, "generate")
                     return
+                if "wait" in update:
+                    yield update["wait"], gr.skip(), session
+                    continue
                 if "meta" in update:
                     session.meta.update(update["meta"])
                     continue
@@ -303,18 +324,15 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
                 session.add(StepTrace.from_dict(update["step"]), update["clock"])
                 now = time.monotonic()
                 if now - last_fast < UPDATE_S:
-                    continue  # stored; the page catches up at the next update
-                views = VIEWS if now - last_slow >= SLOW_UPDATE_S else FAST_VIEWS
-                last_fast, last_slow = now, now if views is VIEWS else last_slow
-                i = len(session.steps) - 1
+                    continue  # stored; the page gets it with the next update
+                views = now - last_slow >= SLOW_UPDATE_S
+                last_fast, last_slow = now, now if views else last_slow
                 shown = "stopping" if session.stopped_at is not None else "running"
-                # The slider needs max > min; a one-step run simply clamps when scrubbed.
-                yield (status(session, i, shown), gr.update(maximum=max(i, 1), value=i),
-                       *render(session, i, views), session)
+                yield status(session, shown), message(views), session
     except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU), or a bug here
         why = _failure(e)
         if not session.steps:
-            yield refusal(f"The run failed: {why}", outputs, "generate")
+            yield refusal(f"The run failed: {why}", OPENED, "generate")
             return
         state = f"aborted: {why}"
     finally:
@@ -323,8 +341,7 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
         session.meta["recipe"]["max_new_tokens"] = max(1, sum(len(s.emitted) for s in session.steps))
     session.meta["text"] = lm.tokenizer.decode([t for s in session.steps for t in s.emitted],
                                                skip_special_tokens=True)
-    # Send the last step again as a whole, so the final output alone holds the text and every figure.
-    yield _shown(session, state)
+    yield status(session, state), message(True), session  # the last steps, and the whole run's views
 
 
 def request_stop(session: Session | None) -> None:
@@ -337,7 +354,8 @@ def request_stop(session: Session | None) -> None:
 def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
            init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
            top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64, layouts: str = "efficient",
-           method: str = "esp", dtype: str = "float32", session: Session | None = None) -> tuple:
+           method: str = "esp", dtype: str = "float32", session: Session | None = None,
+           request: gr.Request | None = None) -> tuple:
     """Re-run stored step `step` from the same committed prefix with the drafting settings given (the
     run's own model, decoding rule and token limit; the dtype given, float32 by default); the stored run
     is left as it is.
@@ -358,9 +376,10 @@ def whatif(step: float, k: float = 2, bc: float = 30, lam: float = 0.1, model: s
                            f"step {i} is {'the prefill' if i == 0 else 'not in this run'}.")
         lm = load_model(name, settings.dtype)
         check_replay(lm, meta, session.steps[: i + 1])
-        out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
-                         meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
-                         seconds=call_seconds(lm, WHATIF_TOKENS))
+        with batch.alone(line.identity(request, LIMITS.trusted_proxies)):
+            out = rerun_step(name, settings, meta["prompt_ids"], [s.to_dict() for s in session.steps[: i + 1]], i,
+                             meta["sampling"], meta["max_new_tokens"], meta.get("layouts", "efficient"),
+                             seconds=call_seconds(lm, WHATIF_TOKENS))
     except ESPError as e:
         return refusal(str(e), 3, "whatif")
     except Exception as e:  # noqa: BLE001 - the worker aborted or died (ZeroGPU)
@@ -426,9 +445,11 @@ def _compare_plans(settings: RunSettings) -> list[tuple[str, str, dict | None]]:
 def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: str = EMBEDDED,
             init: str = "mean", tree: str = "static", mode: str = "greedy", temperature: float = 0.7,
             top_p: float = 0.95, seed: float = 0, max_new_tokens: float = 64,
-            layouts: str = "efficient", dtype: str = "float32") -> Iterator[tuple]:
-    """Decode the prompt with every registered method, one GPU call each; yield (status, table rows,
-    chart) as each finishes. The last column is each method's verdict against ar (esp.bench.verdict)."""
+            layouts: str = "efficient", dtype: str = "float32",
+            request: gr.Request | None = None) -> Iterator[tuple]:
+    """Decode the prompt with every registered method, one GPU call each, in one turn of the model's line (the
+    model to itself); yield (status, table rows, chart) as each finishes. The last column is each method's
+    verdict against ar (esp.bench.verdict)."""
     try:
         LIMITS.check_compare(len(methods.available()), max_new_tokens)  # before anything is loaded
         settings, name, lm, ids = prepare(prompt, model, k=k, bc=bc, lam=lam, init=init, tree=tree, mode=mode,
@@ -439,6 +460,13 @@ def compare(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model: 
         yield refusal(str(e), 3, "compare")
         return
     seconds = call_seconds(lm, settings.max_new_tokens)
+    with batch.alone(line.identity(request, LIMITS.trusted_proxies)):
+        yield from _compare_runs(name, ids, settings, plans, seconds)
+
+
+def _compare_runs(name: str, ids: list[int], settings: RunSettings, plans: list,
+                  seconds: float | None) -> Iterator[tuple]:
+    """Compare's decodes, one per plan (`_compare_plans`), each yielding the table so far."""
     results = []
     for n, (label, spec, defaults) in enumerate(plans, 1):
         yield f"Running {label} ({n}/{len(plans)})…", gr.skip(), gr.skip()

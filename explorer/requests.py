@@ -142,8 +142,6 @@ MODEL = Choice("model", LIMITS.models, LIMITS.models[0],
                unknown="This server does not offer the model {value}: choose one of {options}.")
 PROMPT = Text("prompt", LIMITS.max_prompt_chars)
 STEP = Number("step", 0, MAX_STEP, whole=True, optional=True)
-FOCUS = Number("focus node", 0, MAX_STEP, whole=True, optional=True)
-SPEED = Number("steps / s", 0.25, 10, step=0.5, default=2.0)
 DTYPE = Dtype("dtype", DTYPES, "float32")
 # The drafting and decoding settings of a run, by RunSettings' names (the order of the page's controls).
 SETTINGS: dict[str, Field] = {"k": K, "bc": BC, "lam": LAM, "init": INIT, "tree": TREE, "mode": MODE,

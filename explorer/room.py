@@ -9,9 +9,10 @@ LIMITS.rooms at once, LIMITS.visitor_rooms per visitor (address). Its id is 128 
 it is the presenter page's own session state (`Pass`, in a gr.State the server holds), never anything a page
 sends, and a link's room id is checked like every other value.
 
-A follower's page asks for the presenter's step once a second (`poll`, outside the queue: a dictionary
-lookup); when it differs from the step on screen, the page asks for that step's views (`follow`, a view like
-any scrub, in the render group). Scrubbing, Play, Run or opening a trace stop the following (app.py).
+Both pages tick once a second (`tick`, outside the queue: a dictionary lookup): the presenter's tells the room
+its step; a follower's is told the presenter's step when it shows another, and its player (which holds the
+room's run, sent once) moves there without another request. Scrubbing, Play, Run or opening a trace stop the
+following (assets/explorer.js, app.py).
 """
 from __future__ import annotations
 
@@ -21,29 +22,29 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import gradio as gr
 
+from components.frames import run_data
 from components.limits import Limits
 from esp.errors import ESPError
 from esp.trace import StepTrace
 
-from .calls import _shown, show_step, whole
+from .calls import OPENED, whole
 from .door import visitor_of
-from .requests import LIMITS, STEP, Text, guard
+from .requests import LIMITS, Text
 from .session import Session
-from .views import VIEWS, refusal, refusal_line
+from .views import opened, payload, refusal, refusal_line, status
 
 log = logging.getLogger("esp.app")
 ROOM_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16): 128 random bits
 ROOM = Text("room", 64)
-FOLLOW_S = 1.0  # how often a follower's page asks for the presenter's step
+FOLLOW_S = 1.0  # how often a page in a room tells its step (the presenter's) or asks for it (a follower's)
 # The room controls' outputs, in `controls` order: membership, room id (the page builds the link from it),
-# note, End button, link box, Follow box, the follower's timer.
+# note, End button, link box, Follow box, the room's timer.
 CONTROLS = 7
-OPENED = 3 + len(VIEWS)  # status, scrubber, *VIEWS, session
 
 
 @dataclass
@@ -56,6 +57,15 @@ class Room:
     visitor: str
     ends: float
     step: int = 0
+    data: dict | None = None  # the run for the player (components.frames.run_data), made at the first join
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def player_data(self) -> dict:
+        """The room's run as its followers' players take it, made once however many join."""
+        with self.lock:
+            if self.data is None:
+                self.data = run_data(self.steps, self.meta)
+            return self.data
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def _controls(membership: Pass | None, note: str, room_id: str = "") -> tuple:
     follower = membership is not None and not membership.presenter
     return (membership, room_id if presenter else "", note, gr.Button(visible=presenter),
             gr.Textbox(visible=presenter), gr.Checkbox(visible=follower, value=True),
-            gr.Timer(FOLLOW_S, active=follower))
+            gr.Timer(FOLLOW_S, active=membership is not None))
 
 
 def start(session: Session | None, membership: Pass | None, i: Any, request: gr.Request) -> tuple:
@@ -183,7 +193,7 @@ def present(membership: Pass | None, session: Session | None, i: Any) -> None:
 
 def join(session: Session | None, request: gr.Request | None = None) -> tuple:
     """Open the room the page's link names (`?room=ID`), at the presenter's step, following it; a link without
-    one changes nothing. Outputs: (status, scrubber, *VIEWS, session, *room controls)."""
+    one changes nothing. Outputs: (status, player, session, *room controls)."""
     raw = dict(request.query_params).get("room") if request is not None else None
     if raw is None:
         return tuple(gr.skip() for _ in range(OPENED + CONTROLS))
@@ -203,36 +213,37 @@ def join(session: Session | None, request: gr.Request | None = None) -> tuple:
     session.load(room.steps, dict(room.meta))
     note = ("**Lesson room** · this page shows the presenter's run. Keep *Follow the presenter* ticked to follow "
             "their step; scrub to explore on your own (that stops the following), and tick it to come back.")
-    return (*_shown(session, i=room.step), *_controls(Pass(room.id), note))
+    return status(session), _followed(session, room), session, *_controls(Pass(room.id), note)
 
 
-def poll(membership: Pass | None, following: Any, i: Any) -> tuple:
-    """The follower's tick (outside the queue): the presenter's step when the page follows and shows another;
-    once the room has ended, a note and the timer stopped. Outputs: (room step, note, timer)."""
+def tick(membership: Pass | None, following: Any, i: Any, session: Session | None) -> tuple:
+    """A page's tick in its room (outside the queue), `i` the step its player shows. The presenter's tells the
+    room its step; a follower's, while it follows, gets the presenter's step when it shows another (its player
+    moves there: the room's run is on the page already), or the room's run again when the page opened another
+    since. Once the room has ended: a note, and the timer stopped. Outputs: (player, note, timer)."""
     skip = (gr.skip(), gr.skip(), gr.skip())
-    if membership is None or membership.presenter:
+    if membership is None:
+        return skip
+    if membership.presenter:
+        present(membership, session, i)
         return skip
     room = ROOMS.get(membership.room)
     if room is None:
         return gr.skip(), refusal_line(gone(membership.room)), gr.Timer(active=False)
-    if following is not True or whole(i) == room.step:
+    if following is not True:
         return skip
-    return room.step, gr.skip(), gr.skip()
-
-
-@guard("room", OPENED, i=STEP)
-def follow(session: Session | None, membership: Pass | None, i: int | None) -> tuple:
-    """Show the presenter's step `i` (sent by the page after `poll`), on the room's run: a page that opened
-    another run since comes back to it. Outputs: (status, scrubber, *VIEWS, session)."""
-    if i is None or membership is None or membership.presenter:
-        return tuple(gr.skip() for _ in range(OPENED))
-    room = ROOMS.get(membership.room)
-    if room is None:
-        raise ESPError(gone(membership.room))
     session = session or Session()
     if session.steps is not room.steps:
         if session.running:
-            raise ESPError("A run is streaming in this page: stop it to follow the presenter again.")
+            return gr.skip(), refusal_line("A run is streaming in this page: stop it to follow the presenter "
+                                           "again."), gr.skip()
         session.load(room.steps, dict(room.meta))
-        return _shown(session, i=min(i, len(room.steps) - 1))
-    return (*show_step(session, i), session)
+        return _followed(session, room), gr.skip(), gr.skip()
+    if whole(i) == room.step:
+        return skip
+    return payload(show=room.step, room=True), gr.skip(), gr.skip()
+
+
+def _followed(session: Session, room: Room) -> dict:
+    """The room's run for a follower's player, at the presenter's step (`room`: a move the page did not make)."""
+    return {**opened(session, room.step, room.player_data()), "room": True}

@@ -1,81 +1,51 @@
-"""A stored step's views and the status line (main process only: figures never cross a process)."""
+"""What the page shows of a run: the data its player takes (components/lecture.py PLAYER_JS, fed by
+assets/explorer.js from the hidden #player-data) and the status line. Main process only: figures never cross a
+process."""
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Literal
 
 import gradio as gr
 
-from components.align_plot import align_figure
 from components.common import md_text, toast_text
-from components.cost_view import cost_figure, cost_sentences
-from components.eye_view import eye_figure
-from components.focus import focus_choices, focus_node, focus_note
-from components.lens_view import commit_figure, lens_figure, rank_figure
-from components.mask_plot import mask_figure
-from components.stats import accept_hist_figure, run_summary, stats_markdown, timing_figure
-from components.step_words import step_words
-from components.text_view import token_sources
-from components.tree_plot import tree_figure
+from components.frames import run_data
+from components.stats import run_summary
 
 from .session import Session
 
 log = logging.getLogger("esp.app")
-# Output order of every per-step render; the run's last output tuple therefore holds text + figures.
-# New views go last, so that the outputs of the first ones keep their places in the API.
-# "words": the step in words; "focus": the Focus box (its choices are the step's nodes); "focus_note";
-# "mask" is the attention pattern; "eye": the verifier's eye; "lens", "commit", "lens_rank": the Mask Lens.
-VIEWS = ("text", "tree", "mask", "align", "stats", "hist", "timing", "cost", "cost_note", "words", "focus",
-         "focus_note", "eye", "lens", "commit", "lens_rank")
-# The views that change most per step: sent at every streamed update (the others less often).
-FAST_VIEWS = ("text", "tree", "mask", "stats", "cost_note", "words", "focus", "focus_note", "eye", "lens")
+_SEQ = itertools.count(1)
 
 
-def render(session: Session, i: int, views: tuple[str, ...] = VIEWS, focus: int | None = None) -> tuple:
-    """The per-step views for step i of the stored run, in VIEWS order; views not in `views` are
-    gr.skip() (left as they are on the page). `focus`: a node of step i outlined in the tree, the attention
-    pattern, the text and the alignment, and the row of the verifier's eye that decided it (ignored when the
-    step has no such node; the note says so)."""
-    steps = session.steps
-    step = steps[i]
-    focus = None if focus is None else int(focus)
-    shown = focus if focus_node(step, focus) is not None else None
-    curve, device = session.meta.get("curve"), session.meta.get("device")
-    summary = run_summary(steps, i) if {"stats", "hist"} & set(views) else None
-    build = {
-        "text": lambda: token_sources(steps, i, focus=shown),
-        "tree": lambda: tree_figure(step, focus=shown),
-        "mask": lambda: mask_figure(step, focus=shown),
-        "align": lambda: align_figure(steps, i, focus=shown),
-        "stats": lambda: stats_markdown(summary),
-        "hist": lambda: accept_hist_figure(summary, None if step.prefill else len(step.accepted)),
-        "timing": lambda: timing_figure(steps, i),
-        "cost": lambda: cost_figure(steps, i, curve, device=device),
-        "cost_note": lambda: cost_sentences(steps, i, curve, device=device),
-        "words": lambda: step_words(step, session.meta),
-        "focus": lambda: gr.update(choices=focus_choices(step), value=shown),
-        "focus_note": lambda: focus_note(step, focus),
-        "eye": lambda: eye_figure(step, session.meta, focus=shown),
-        "lens": lambda: lens_figure(steps, i),
-        "commit": lambda: commit_figure(steps, i),
-        "lens_rank": lambda: rank_figure(steps, i),
-    }
-    return tuple(build[v]() if v in views else gr.skip() for v in VIEWS)
+def payload(**keys) -> dict:
+    """One message to the page's player (its feed: reset, frames, views, show, live, ...), numbered, so that the
+    page takes two equal messages as two (the player ignores the number)."""
+    return {"seq": next(_SEQ), **keys}
 
 
-def status(session: Session, i: int, state: str = "done") -> str:
-    """The status line for step i: 'done', 'running', 'stopping', 'stopped' (by Stop), 'timeout' (the
-    GPU call's time ran out) or 'aborted: <why>' (the GPU worker ended without a word)."""
-    s = run_summary(session.steps, i)
+def opened(session: Session, i: int | None = None, data: dict | None = None) -> dict:
+    """The session's whole run for the player, which then shows step i (default: the last); `data`: the run's
+    components.frames.run_data when it is already made (a shipped trace's, a room's)."""
+    last = len(session.steps) - 1
+    return payload(reset=True, **(data or run_data(session.steps, session.meta)), show=last if i is None else i)
+
+
+def status(session: Session, state: str = "done") -> str:
+    """The status line of the session's run: 'done', 'running' or 'stopping' (with its newest step), 'stopped'
+    (by Stop), 'timeout' (the GPU call's time ran out) or 'aborted: <why>' (the GPU worker ended without a
+    word); the step on screen is the player's to say."""
+    s = run_summary(session.steps)
     last = len(session.steps) - 1
     n = f"**Stopped after {last + 1} steps"
     kind, _, why = state.partition(": ")
-    where = {"done": f"**Done** · step {i} of {last}",
-             "running": f"**Decoding** · step {i}",
-             "stopping": f"**Stopping…** · step {i}",
-             "stopped": f"{n}** ({session.steps_after_stop()} after the click) · step {i} of {last}",
-             "timeout": f"{n}: this GPU call's time ran out** · step {i} of {last}",
-             "aborted": f"{n}: the GPU worker ended ({why})** · step {i} of {last}"}[kind]
+    where = {"done": f"**Done** · {last + 1} steps",
+             "running": f"**Decoding** · step {last}",
+             "stopping": f"**Stopping…** · step {last}",
+             "stopped": f"{n}** ({session.steps_after_stop()} after the click)",
+             "timeout": f"{n}: this GPU call's time ran out**",
+             "aborted": f"{n}: the GPU worker ended ({why})**"}[kind]
     source = f" · recorded: {md_text(session.meta['opened'])}" if session.meta.get("opened") else ""
     return f"{where} · {s.tokens} tokens · τ {s.tau:.2f} · {md_text(session.meta['settings'])}{source}"
 

@@ -27,7 +27,7 @@ from .session import StopToken
 log = logging.getLogger("esp.app")
 
 
-def _error(e: Exception) -> dict:
+def error_data(e: Exception) -> dict:
     if isinstance(e, ESPError):
         return {"error": str(e)}
     log.exception("GPU call failed")  # a bug, not a user error: its traceback stays in the log
@@ -40,12 +40,12 @@ def _errors_as_data(fn: Callable) -> Callable:
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - see _error
-            return _error(e)
+        except Exception as e:  # noqa: BLE001 - see error_data
+            return error_data(e)
     return call
 
 
-def _setup(model: str, dtype: str) -> tuple:
+def setup_call(model: str, dtype: str) -> tuple:
     """The call's model (in the visitor's dtype, RunSettings.dtype) on its device, and the run facts the
     main process keeps in its meta (the dtype the model really ran in among them)."""
     enter_call()
@@ -62,7 +62,7 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
     ends after the step in progress when `token` is set, or when its call's time is nearly out."""
     started = time.monotonic()
     try:
-        lm, meta = _setup(model, settings.dtype)
+        lm, meta = setup_call(model, settings.dtype)
         yield {"meta": meta}
         decoder = Decoder(lm, settings.drafter(), settings.sampling(), settings.max_new_tokens, settings.layouts,
                           align=True, lens=True)
@@ -76,8 +76,8 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
                 end = "timeout"
                 break
         yield {"end": end}
-    except Exception as e:  # noqa: BLE001 - see _error
-        yield _error(e)
+    except Exception as e:  # noqa: BLE001 - see error_data
+        yield error_data(e)
 
 
 @gpu
@@ -85,7 +85,7 @@ def run_steps(model: str, ids: list[int], settings: RunSettings, token: StopToke
 def decode_once(model: str, ids: list[int], settings: RunSettings, spec: str, defaults: dict | None,
                 seconds: float | None = None) -> dict:
     """One method's whole run for Compare: summary, tokens, per-token top-2 and the run's dtype."""
-    lm, meta = _setup(model, settings.dtype)
+    lm, meta = setup_call(model, settings.dtype)
     gen = Decoder(lm, methods.build(spec, defaults), settings.sampling(), settings.max_new_tokens,
                   settings.layouts).generate(ids)
     return {"summary": gen.summary.to_dict(), "tokens": gen.tokens,
@@ -97,7 +97,7 @@ def decode_once(model: str, ids: list[int], settings: RunSettings, spec: str, de
 def rerun_step(model: str, settings: RunSettings, prompt_ids: list[int], steps: list[dict], i: int,
                sampling: dict, max_new_tokens: int, layouts: str, seconds: float | None = None) -> dict:
     """What-if: stored step `i` (steps: the run's first i + 1, as dicts) re-run with `settings`."""
-    lm, _ = _setup(model, settings.dtype)
+    lm, _ = setup_call(model, settings.dtype)
     alt = whatif_step(lm, settings.drafter(), prompt_ids, [StepTrace.from_dict(s) for s in steps], i,
                       Sampling(**sampling), max_new_tokens, layouts)
     return {"step": alt.to_dict()}

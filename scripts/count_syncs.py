@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
+from esp.bench.provenance import provenance
+
 READS = frozenset({"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy", "equal"})
 METHODS = "ar,esp:k=2:bc=60,esp:k=2:bc=60:tree=dynamic,pld,stand,lade,tr,hybrid:bc=60,hybrid:bc=auto"
 
@@ -60,9 +62,10 @@ def tiny_lm(seed: int = 0):
     return LM(model, IdTokenizer(), "tiny-llama")
 
 
-def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True) -> dict:
+def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True, views: bool = False) -> dict:
     """Per decoding step after the prefill: host reads and (simulated on a CPU) device synchronizes;
-    `timings=False` is the bench's mode (engines without the switch always time their phases)."""
+    `timings=False` is the bench's mode (engines without the switch always time their phases); `views=True`
+    records what the app draws (the alignment, the Mask Lens and the verifier's eye), as the app's runs do."""
     import esp.decoding.engine as engine
     from esp.methods import build
 
@@ -78,6 +81,8 @@ def count(lm, spec: str, prompt: list[int], tokens: int, timings: bool = True) -
     patched = _as_on_cuda(lm, syncs) if not cuda else []
     try:
         kw = {} if timings or "timings" not in engine.Decoder.__init__.__code__.co_varnames else {"timings": False}
+        if views:
+            kw.update(align=True, lens=True)
         dec = engine.Decoder(lm, build(spec), max_new_tokens=tokens, **kw)
         if hasattr(dec, "_cuda"):  # older engines decide per decoder whether their timestamps sync
             dec._cuda = True
@@ -159,7 +164,8 @@ def main() -> None:
 
         lm = load(a.model, device="cuda" if a.cuda else "cpu")
         prompt = lm.chat_ids("Write a Python function that returns the first n prime numbers, with a docstring.")
-    out = {"model": lm.name, "device": str(lm.device), "tokens": a.tokens, "methods": {}}
+    out = {"provenance": provenance(None, "python -m scripts.count_syncs"), "model": lm.name, "device": str(lm.device),
+           "tokens": a.tokens, "methods": {}}
     print(f"host sync points per decoding step ({lm.name} on {lm.device}, {a.tokens} tokens)")
     for spec in a.methods.split(","):
         r = count(lm, spec, prompt, a.tokens)

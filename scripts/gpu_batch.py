@@ -1,7 +1,10 @@
 """Batches and model.generate on the device: a random-weight Llama-3.2-1B-shaped model in float32, prompts of
 different lengths, each method's batch of B rows (one forward per step) against plain greedy decoding of each
 prompt alone, and `model.generate(..., custom_generate=<this checkout>)` against plain `model.generate` for
-esp, hybrid:bc=auto and pld, with tokens and wall times. No network, no download.
+esp, hybrid:bc=auto and pld, with tokens and wall times; then the app's per-step cost on the device: the app's
+default run (ESP, k=2, BC=30) recording every view it draws (the Mask Lens, the verifier's eye, the alignment, the
+attention pattern, phase timings) against the same run recording none, in bfloat16, medians of interleaved rounds.
+No network, no download.
 
     python -m scripts.gpu_batch --json out/gpu_batch.json           # CUDA (scripts/gpu_check.sh runs it)
     python -m scripts.gpu_batch --tiny --json out/tiny_batch.json   # the same on CPU with a tiny shape (tests)
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,16 +23,21 @@ from pathlib import Path
 import torch
 
 from esp.bench.overhead import random_lm
+from esp.bench.provenance import provenance
 from esp.bench.shapes import llama_1b
 from esp.decoding.batch import BatchDecoder
 from esp.decoding.engine import Decoder
 from esp.device import canonical
-from esp.methods import build_batch
+from esp.methods import build, build_batch
 
 ROOT = Path(__file__).resolve().parents[1]  # this checkout: custom_generate/ for model.generate
 
 METHODS = ["ar", "esp", "pld", "stand", "lade", "tr", "hybrid:bc=60", "hybrid:bc=auto"]
 THROUGH_GENERATE = ["esp", "hybrid:bc=auto", "pld"]
+APP_SPEC = "esp:k=2:bc=30"  # the page's default run
+# What the app's run records (explorer.worker.run_steps) against a run that records no view.
+VIEWS = {"app views": dict(align=True, lens=True, trace_mask=True, timings=True),
+         "no views": dict(align=False, lens=False, trace_mask=False, timings=False)}
 
 
 def prompts(vocab: int, n: int) -> list[list[int]]:
@@ -45,6 +54,22 @@ def timed(fn):
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return out, time.perf_counter() - start
+
+
+def views_cost(lm, ids: list[int], tokens: int, rounds: int) -> dict:
+    """ms per step of the app's default run with and without its views, ABBA-interleaved rounds (medians)."""
+    per_step: dict[str, list[float]] = {name: [] for name in VIEWS}
+    for r in range(rounds):
+        for name in (VIEWS if r % 2 == 0 else reversed(list(VIEWS))):
+            dec = Decoder(lm, build(APP_SPEC), max_new_tokens=tokens, **VIEWS[name])
+            gen, secs = timed(lambda: dec.generate(ids))
+            per_step[name].append(1e3 * secs / len(gen.steps))
+    med = {name: statistics.median(v) for name, v in per_step.items()}
+    out = {"spec": APP_SPEC, "dtype": str(lm.dtype).removeprefix("torch."), "tokens": tokens, "rounds": rounds,
+           "ms_per_step": {name: round(v, 3) for name, v in med.items()},
+           "ratio": round(med["app views"] / med["no views"], 4)}
+    print(f"views on {lm.device} ({out['dtype']}): {out['ms_per_step']} ms/step, ratio {out['ratio']:.2f}", flush=True)
+    return out
 
 
 def main() -> None:
@@ -82,10 +107,14 @@ def main() -> None:
         ok &= same
         through.append({"method": spec, "equal_to_generate": same, "seconds": round(secs, 4)})
         print(f"model.generate custom_generate {spec}: equal {same}, {secs:.2f} s (generate() {plain_s:.2f} s)", flush=True)
+    # The app computes in bfloat16 on a GPU (esp.device): its views are timed in that dtype.
+    views = views_cost(lm if a.tiny else random_lm(llama_1b(), device, torch.bfloat16, "random-llama-1b bf16"),
+                       batch[0], tokens, 2 if a.tiny else 6)
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"device": name, "torch": torch.__version__, "tokens": tokens, "batch": rows,
-                                        "custom_generate": through, "generate_s": round(plain_s, 4)}, indent=1))
+    Path(a.json).write_text(json.dumps({"provenance": provenance(None, "python -m scripts.gpu_batch"), "device": name, "torch": torch.__version__, "tokens": tokens, "batch": rows,
+                                        "custom_generate": through, "generate_s": round(plain_s, 4),
+                                        "views": views}, indent=1))
     sys.exit(0 if ok else 1)
 
 

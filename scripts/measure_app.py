@@ -8,8 +8,9 @@ other by plain name: hence the tests folder on PYTHONPATH.
 
 1. Run -> first step on screen: a real browser (Debian chromium) presses Run on a warm app and waits
    until the first step's mask figure is drawn.
-2. Per-step view cost vs engine time at BC=60: for every step of a k=2, BC=60 run, the time to build
-   all views (explorer.views.render) and serialise them as Gradio sends them, against that step's engine time.
+2. Per-step view cost vs engine time at BC=60: for every step of a k=2, BC=60 run, the time to build the step's
+   frame for the page's player (components.frames.Feed, as a run's updates build it, amendments of earlier steps
+   included) and serialise it as Gradio sends it, against that step's engine time.
 3. Responsiveness and Stop (issues 10, 15): a 512-token run at k=1, BC=60 in a real browser; every ~2 s a
    script in the page is timed, then Stop is clicked and the times until the status says "Stopping…" and
    "Stopped after N steps" are measured; a new short Run must then finish. ESP_EMULATE_ZEROGPU=1 measures
@@ -23,14 +24,10 @@ import statistics
 import sys
 import time
 
-import gradio as gr
-import plotly.graph_objects as go
-
+from components.frames import Feed
 from esp.decoding.engine import Decoder
 from esp.methods import build
 from esp.models.loader import load
-from explorer.session import Session
-from explorer.views import render, status
 
 PROMPT = "Translate to French: \"The weather is nice today, so we are going to the park after lunch.\""
 
@@ -73,17 +70,13 @@ def first_step_latency(runs: int = 3) -> list[float]:
 def view_cost(bc: int = 60, tokens: int = 12) -> list[tuple[float, float]]:
     """(view seconds, engine seconds) per decoding step of a k=2 run at BC=`bc`."""
     lm = load()
-    decoder = Decoder(lm, build(f"esp:k=2:bc={bc}"), max_new_tokens=tokens, align=True)
-    session = Session(meta={"settings": f"k=2, BC={bc}"})
-    plot, text = gr.Plot(), gr.HighlightedText()
+    decoder = Decoder(lm, build(f"esp:k=2:bc={bc}"), max_new_tokens=tokens, align=True, lens=True)
+    steps, meta, feed = [], {"settings": f"k=2, BC={bc}"}, Feed()
     pairs = []
     for step in decoder.stream(lm.chat_ids(PROMPT)):
-        session.steps.append(step)
-        i = len(session.steps) - 1
+        steps.append(step)
         t0 = time.perf_counter()
-        views = render(session, i)
-        payload = [plot.postprocess(v).model_dump() if isinstance(v, go.Figure) else v for v in views[1:]]
-        json.dumps([text.postprocess(views[0]).model_dump(), payload, status(session, i, "running")])
+        json.dumps(feed.update(steps, meta, views=False))
         if not step.prefill:
             pairs.append((time.perf_counter() - t0, step.timings["total"]))
     return pairs
@@ -138,7 +131,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     pairs = view_cost()
     ratios = [v / e for v, e in pairs]
-    print(f"BC=60 steps: {len(pairs)}; view build+serialise median {1000 * statistics.median(v for v, _ in pairs):.1f} ms, "
+    print(f"BC=60 steps: {len(pairs)}; frame build+serialise median {1000 * statistics.median(v for v, _ in pairs):.1f} ms, "
           f"max {1000 * max(v for v, _ in pairs):.1f} ms; engine step median {1000 * statistics.median(e for _, e in pairs):.0f} ms; "
           f"ratio median {statistics.median(ratios):.1%}, max {max(ratios):.1%}")
     lat = first_step_latency()

@@ -34,9 +34,11 @@ def main(out: Path) -> None:
         page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
         page.goto(f"{url.rstrip('/')}/?trace={OPENING}&step={STEP}")
         expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json", timeout=120_000)
-        for view in DRAWN:  # each figure drawn with data, not a note
+        for view in DRAWN:  # each figure drawn with data, not a note (the player draws a view once it is on screen)
+            page.locator(view).scroll_into_view_if_needed()
             page.wait_for_function(f"() => (document.querySelector('{view} .js-plotly-plot')?.data || []).length > 0",
                                    timeout=60_000)
+        page.evaluate("window.scrollTo(0, 0)")
         page.wait_for_timeout(2_000)  # let the figures finish drawing (no pending overlay)
         lens = page.locator("#mask-lens").bounding_box()
         bottom = page.evaluate("window.scrollY") + lens["y"] + lens["height"]

@@ -106,12 +106,14 @@ class Replay(Decoder):
 
 def serve_replayed() -> None:
     """`python app.py` with the replaying engine (its pace: ESP_TEST_PACE_S seconds a step) and no warm-up sweep
-    of the cost curve (a run needs the model only to read its prompt)."""
+    of the cost curve (a run needs the model only to read its prompt). A replayed run cannot share a batch: every
+    run has the model alone, in the line's turn."""
     import app
-    from explorer import calls, worker
+    from explorer import batch, calls, worker
 
     Replay.pace_s = float(os.environ.get("ESP_TEST_PACE_S", Replay.pace_s))
     worker.Decoder = Replay
+    batch.shares_batch = lambda settings: False
     calls.ready_process = lambda name: calls.load_model(name)
     app.main()
 

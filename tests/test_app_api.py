@@ -12,7 +12,9 @@ import pytest
 from gradio_client import Client
 
 from app_server import MODES, in_process_only, serve
+from components.frames import held as merged
 from components.text_view import DRAFT_LABELS, MODEL_LABELS
+from player_messages import text, views
 
 pytestmark = [pytest.mark.model, pytest.mark.app]
 
@@ -34,11 +36,6 @@ def streamed(client):
     return job.outputs()
 
 
-def _value(output) -> float:
-    """A component's value from an output that may be a gr.update(...) dict."""
-    return output["value"] if isinstance(output, dict) else output
-
-
 def _figure(output: dict) -> dict:
     assert output["type"] == "plotly"
     return json.loads(output["plot"])
@@ -52,31 +49,37 @@ def _tree_tokens(tree: dict) -> tuple[str, list[str]]:
     return root, [c[0] for c in accepted]
 
 
+def _steps(status: str) -> int:
+    return int(re.search(r"(\d+) steps", status).group(1))
+
+
 def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
-    status, scrub, text, tree, mask, align, stats, hist, timing, cost, cost_note, words, focus, note, eye, *lens = streamed[-1]
-    assert len(lens) == 3  # the Mask Lens grid, the commitment strip and the mean rank per layer
+    """Each update carries the frames of the steps made since the last one (each step's once), the first starts
+    the page's run over, the views of the whole run come with the last; the page's player then holds them all."""
+    statuses, messages = [o[0] for o in streamed], [o[1] for o in streamed]
     assert len(streamed) >= 2  # at least the first step, then the final one
-    assert all(o[0].startswith("**Decoding** · step") for o in streamed[:-1])
-    assert status.startswith("**Done**")
-    steps = [int(_value(o[1])) for o in streamed]
-    assert steps == sorted(steps) and steps[0] == 0  # the prefill is sent at once, then newer steps only
-    last = int(status.split(" of ")[1].split(" ")[0])
-    assert f"**Step {last}**" in words and note == ""  # the step in words; no node in focus
-    assert [c[1] for c in focus["choices"]][:1] == [0]  # the Focus box offers the step's nodes, from the root
-    assert steps[-1] == last  # the last step always reaches the page
-    assert "τ" in stats and _figure(mask)["data"][0]["type"] == "heatmap"
-    assert _figure(align)["data"], "k=2 runs record alignment after a few steps"
-    assert _figure(eye)["data"] and _figure(lens[2])["data"], "a run on the page records the verifier's eye and the lens"
-    assert len(_figure(timing)["data"]) == 6 and _figure(hist)["data"][0]["type"] == "bar"
-    assert "break-even" in json.dumps(_figure(cost)) and "one-token forward" in cost_note
-    assert cost_note.startswith("On this CPU") and "on this CPU" in _figure(cost)["layout"]["title"]["text"]
+    assert all(s.startswith("**Decoding** · step") for s in statuses[:-1]) and statuses[-1].startswith("**Done**")
+    assert messages[0]["reset"] is True and not any(m.get("reset") for m in messages[1:])
+    assert all(m["live"] for m in messages)  # the player follows the newest step while it shows the last
+    last = _steps(statuses[-1]) - 1
+    whole = [int(k) for m in messages for k, f in m["frames"].items() if "tree" in f]
+    assert whole == list(range(last + 1))  # every step's frame, once, in order
+    frames, shown = merged(messages), views(messages)
+    f = frames[last]
+    assert f"<b>Step {last}</b>" in f["words"] and f["nodes"][0][0].startswith("0 · ")  # its words; the Focus box
+    assert "τ" in f["stats"] and f["mask"]["data"][0]["type"] == "heatmap"
+    assert f["eye"][0]["data"] and f["lens"]["data"], "a run on the page records the verifier's eye and the lens"
+    assert shown["align"]["figure"]["data"], "k=2 runs record alignment after a few steps"
+    assert shown["lens_rank"]["figure"]["data"] and shown["hist"]["figure"]["data"][0]["type"] == "bar"
+    assert len(shown["timing"]["figure"]["data"]) == 6 and "break-even" in json.dumps(shown["cost"])
+    assert f["cost_note"].startswith("On this CPU") and "on this CPU" in shown["cost"]["figure"]["layout"]["title"]["text"]
 
 
 def test_final_tree_accepted_path_matches_the_text(streamed):
-    text, tree = streamed[-1][2], _figure(streamed[-1][3])
-    tokens = [(p["token"], p["class_or_confidence"]) for p in text]
+    frames = merged([o[1] for o in streamed])
+    tokens, tree = text(frames), frames[-1]["tree"]
     root, accepted = _tree_tokens(tree)
-    assert f"step {int(_value(streamed[-1][1]))}" in tree["layout"]["title"]["text"]
+    assert f"step {len(frames) - 1}" in tree["layout"]["title"]["text"]
     # The last step emitted its accepted drafts, then (unless cut by max tokens) the model's own token (a
     # correction or a bonus); the token before them is this step's root, the previous step's last token.
     tail = tokens[:-1] if tokens[-1][1] in MODEL_LABELS else tokens
@@ -88,11 +91,10 @@ def test_final_tree_accepted_path_matches_the_text(streamed):
     assert tail[-1][0] == root
 
 
-def test_scrub_renders_a_stored_step(client, streamed):
+def test_a_stored_steps_frame_for_an_api_caller(client, streamed):
     out = client.predict(1, api_name="/show_step")
-    assert int(_value(out[1])) == 1 and "step 1 of" in out[0]
-    assert "step 1" in _figure(out[3])["layout"]["title"]["text"]
-    assert len(out[2]) < len(streamed[-1][2])  # the text up to step 1 only
+    assert out[1]["show"] == 1 and out[0] == streamed[-1][0]  # the run's status, unchanged
+    assert out[1]["frames"]["1"] == merged([o[1] for o in streamed])[1]  # the frame the page got
 
 
 def test_export_files(client, streamed):
@@ -100,7 +102,7 @@ def test_export_files(client, streamed):
     assert len(paths) == 2  # the trace, and one lecture file holding the shown step's figures too
     trace, lecture = (next(p for p in paths if tag in Path(p).name) for tag in ("trace", "lecture"))
     data = json.loads(open(trace).read())
-    last = int(_value(streamed[-1][1]))
+    last = _steps(streamed[-1][0]) - 1
     assert len(data["steps"]) == last + 1 and data["meta"]["spec"].startswith("esp:k=2:bc=30")
     assert Path(lecture).name.startswith("esp-lecture-step2-")
     lecture = open(lecture, encoding="utf-8").read()  # the whole run as a player (tests/test_lecture.py plays it)
@@ -130,9 +132,9 @@ def test_bad_input_gives_one_line_and_keeps_the_run(client, streamed, caplog, ca
     refused = [r for r in caplog.records if r.name == "esp.app"]
     assert len(refused) == 1 and message in refused[0].getMessage()  # one log line, no traceback
     assert "Traceback" not in capfd.readouterr().err
-    # The stored run is untouched: its steps still re-render and export.
+    # The stored run is untouched: its steps still answer.
     out = client.predict(1, api_name="/show_step")
-    assert "step 1 of" in out[0] and "step 1" in _figure(out[3])["layout"]["title"]["text"]
+    assert out[1]["show"] == 1 and "step 1" in out[1]["frames"]["1"]["tree"]["layout"]["title"]["text"]
 
 
 def _outputs(client, **kwargs) -> list:
@@ -150,9 +152,9 @@ def test_stop_ends_the_run_within_one_step_and_says_so(client):
     job.result()
     final = job.outputs()[-1]
     n_steps, after = map(int, re.search(r"Stopped after (\d+) steps\*\* \((\d+) after the click\)", final[0]).groups())
-    assert after <= 1  # the step in progress at the click, at most, finished after it
-    assert int(_value(final[1])) == n_steps - 1 < 200  # every view shows the last finished step
-    assert f"step {n_steps - 1}" in _figure(final[3])["layout"]["title"]["text"]
+    assert after <= 1 and n_steps < 200  # the step in progress at the click, at most, finished after it
+    frames = merged([o[1] for o in job.outputs()])
+    assert len(frames) == n_steps and f"step {n_steps - 1}" in frames[-1]["tree"]["layout"]["title"]["text"]
     out = client.predict(prompt=PROMPT, api_name="/generate", **{**SHORT, "max_new_tokens": 4})
     assert out[0].startswith("**Done**")  # a new run afterwards works
 
@@ -188,7 +190,7 @@ def test_ten_sessions_at_once_and_memory_stays_flat(client, lm, request):
     for p, out in zip(prompts, finals):
         expected = "".join(s.emitted_text[i] for s in Decoder(lm, max_new_tokens=4).stream(lm.chat_ids(p))
                            for i in range(len(s.emitted)))
-        assert out[0].startswith("**Done**") and "".join(x["token"] for x in out[2]) == expected
+        assert out[0].startswith("**Done**") and "".join(t for t, _ in text(merged([out[1]]))) == expected
     gc.collect()
     after_ten = _rss_mb()
     for c, p in zip(clients, prompts):
@@ -237,15 +239,15 @@ def test_every_method_streams_in_the_same_views(client, often, method):
         pytest.skip(f"{method} is not registered on this branch yet")
     outputs = _outputs(client, prompt=COPY, method=method, **{**SHORT, "k": 1, "max_new_tokens": 24})
     assert len(outputs) >= 3 and outputs[-1][0].startswith("**Done**"), outputs[-1][0]
-    final = outputs[-1]
-    assert _figure(final[4])["data"][0]["type"] == "heatmap"
-    tree = _figure(final[3])
+    frames = merged([o[1] for o in outputs])
+    assert all(f["mask"]["data"][0]["type"] == "heatmap" for f in frames)
+    sources = set().union(*(_sources(f["tree"]) for f in frames))
     if method == "hybrid":
-        assert len(_sources(tree)) >= 2, _sources(tree)  # copy and mask drafts side by side
+        assert len(sources) >= 2, sources  # copy and mask drafts side by side
     if method == "lade":  # the lookahead window's rows are in the mask view
-        assert any("lookahead" in y for y in _figure(final[4])["data"][0]["y"])
+        assert any("lookahead" in y for f in frames for y in f["mask"]["data"][0]["y"])
     if method != "ar":
-        assert any(p["class_or_confidence"] in DRAFT_LABELS for p in final[2]), "a copying prompt accepts drafts"
+        assert any(label in DRAFT_LABELS for _, label in text(frames)), "a copying prompt accepts drafts"
 
 
 def test_method_outside_the_list_is_refused(client):
@@ -262,7 +264,7 @@ def test_whatif_changes_the_tree_and_keeps_the_run(client, streamed):
     count = lambda fig: sum(len(t["x"]) for t in fig["data"] if t.get("mode") == "markers+text")
     assert count(alt) > count(orig)  # BC 60 drafts a bigger tree than BC 30
     after = client.predict(2, api_name="/show_step")
-    assert after[0] == before[0] and after[2] == before[2]  # the stored run's text and step count unchanged
+    assert after[0] == before[0] and after[1]["frames"] == before[1]["frames"]  # the stored run unchanged
     bad = client.predict(step=0, api_name="/whatif", **SHORT)
     assert bad[0].startswith("⚠️") and "prefill" in bad[0]
 
@@ -275,7 +277,8 @@ def test_open_trace_and_a_malformed_file(client, tmp_path):
     path = app.TRACES[next(iter(app.TRACES))]
     out = client.predict(handle_file(str(path)), api_name="/open_trace")
     assert out[0].startswith("**Done**") and f"recorded: {path.name}" in out[0]
-    assert _figure(out[3])["data"] and _figure(out[4])["data"][0]["type"] == "heatmap"
+    frame = out[1]["frames"][out[1]["show"]]
+    assert frame["tree"]["data"] and frame["mask"]["data"][0]["type"] == "heatmap"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     out = client.predict(handle_file(str(bad)), api_name="/open_trace")

@@ -143,12 +143,6 @@ def private_event(url: str, name: str, data: list) -> list:
 
 
 @pytest.mark.parametrize("name, data, at, says", [
-    ("play", [None, "fast", None, 0], 3, "steps / s must be a number, not 'fast'."),
-    ("play", [None, 1e9, None, 0], 3, "steps / s must be at most 10"),
-    ("tick", [None, -3], 0, "step must be at least 0, not -3."),
-    ("move", [None, "x"], 0, "step must be a number, not 'x'."),  # ◀ prev
-    ("clicked", [None, 0, {"a": 1}], 0, "The click must be text"),
-    ("show_step_2", [None, 0, "<b>1</b>"], 0, "focus node must be a number, not '<b>1</b>'."),
     ("open_shipped", ["../app", None], 0, "No recorded trace called '../app'."),
     ("check_settings", [2, 1000, 0.1, "mean", "static", "greedy", 0.7, 0.95, 0, 4, "efficient", "esp", "float32"], 0,
      "BC must be at most 120, not 1000."),
@@ -167,10 +161,10 @@ THROUGH_CLIENT = settings(max_examples=8, deadline=None, suppress_health_check=[
 
 
 @THROUGH_CLIENT
-@given(st.one_of(st.integers(-3, 30), JSONABLE), st.one_of(st.integers(-1, 12), JSONABLE))
-def test_show_step_through_the_client_answers_anything(client, i, focus):
+@given(st.one_of(st.integers(-3, 30), JSONABLE))
+def test_show_step_through_the_client_answers_anything(client, i):
     out = client.predict(i, api_name="/show_step")
-    assert out[0].startswith("**Done** · step") or refused(out[0]), out[0]
+    assert (out[0].startswith("**Done** · ") and list(out[1]["frames"]) == [str(out[1]["show"])]) or refused(out[0])
 
 
 @THROUGH_CLIENT

@@ -46,8 +46,9 @@ def test_without_native_bf16_the_control_is_hidden_and_a_bf16_request_refused_be
     control = dtype_control(False, monkeypatch)
     assert control.visible is False and control.value == "float32"
     fail = lambda *a, **kw: pytest.fail("a refused request reached the model")
-    for name in ("load_model", "run_steps", "decode_once", "rerun_step"):
+    for name in ("load_model", "decode_once", "rerun_step"):
         monkeypatch.setattr(calls, name, fail)
+    monkeypatch.setattr(calls.batch, "updates", fail)
     session = Session()
     calls.open_shipped("trace_masks", session)
     caplog.set_level(logging.INFO, logger="esp.app")

@@ -71,6 +71,18 @@ def run_to_done(page, timeout: int = 3 * HANG_MS) -> None:
                            arg=before, timeout=timeout)
 
 
+def last_step(page) -> int:
+    """The last step of the run on screen, from the status line ("**Done** · N steps")."""
+    return int(re.search(r"(\d+) steps", page.locator("#status").inner_text()).group(1)) - 1
+
+
+def drawn(page, selector: str) -> None:
+    """Scroll the player's view `selector` into view (the player draws a view once it is on screen) and wait
+    until it is drawn."""
+    page.locator(selector).scroll_into_view_if_needed()
+    page.wait_for_function(f"() => document.querySelector('{selector} .js-plotly-plot')?._fullLayout", timeout=HANG_MS)
+
+
 def probe_s(page) -> float:
     """Seconds for the page's main thread to answer a trivial script (scripts/measure_app.py reports them;
     the tests only require an answer, within the hang guard)."""
@@ -89,8 +101,7 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     settings(page, 2, 24, 14)
     expect(page.locator("#settings-note")).to_contain_text("BC=24", timeout=HANG_MS)  # the live settings check
     run_to_done(page)
-    status = page.locator("#status")
-    last = int(re.search(r"step (\d+) of (\d+)", status.inner_text()).group(2))
+    last = last_step(page)
     assert last >= 3
 
     tree_title = page.locator("#tree-plot .gtitle")
@@ -103,7 +114,7 @@ def test_run_scrub_and_go_to_step(page, tmp_path):
     expect(page.locator("#mask-plot .gtitle")).to_contain_text(f"step {last - 2}")
     after = (tree_title.text_content(), prefix_tick.text_content())
     assert after[0] != before[0] and after[1] != before[1]  # the prefix column shrank with the step
-    expect(status).to_contain_text(f"step {last - 2} of {last}")
+    expect(page.locator("#step-label")).to_have_text(f"Step {last - 2} of {last}")
 
     set_number(page, "goto", 0)  # the Go-to-step box answers Enter
     expect(page.locator("#mask-plot .gtitle")).to_contain_text("step 0 (prefill)", timeout=HANG_MS)
@@ -128,22 +139,37 @@ def test_refused_input_keeps_the_views(page):
 
 
 def test_stop_ends_the_run_within_one_step_and_the_page_stays_responsive(page):
+    """A wide, long run (k=2, BC=60, 512 tokens): nothing moves under the controls while its updates arrive (Stop's
+    box is where it was at every update), the page answers, and Stop's ordinary click (which waits for the button
+    to hold still) ends the run within one step of it, saying so at once."""
     from playwright.sync_api import expect
 
     page.locator("#prompt textarea").fill("Write a long story about a robot who learns to paint.")
     choose(page, "method", "esp")  # not the opened trace's hybrid, whose copies can finish 300 tokens before the click
-    settings(page, 1, 60, 300)
+    settings(page, 2, 60, 512)
+    page.locator("#stop").scroll_into_view_if_needed()
     page.locator("#run").click()
     status = page.locator("#status")
     expect(status).to_contain_text("Decoding", timeout=HANG_MS)
+    page.evaluate("""() => {  // Stop's box (where a visitor's click goes) at every update of the status
+        window.stopBoxes = [];
+        const box = () => { const r = document.querySelector('#stop').getBoundingClientRect();
+                            return [r.x, r.y, r.width, r.height].join(','); };
+        new MutationObserver(() => window.stopBoxes.push(box())).observe(document.querySelector('#status'),
+            {subtree: true, childList: true, characterData: true});
+    }""")
     for _ in range(3):  # the page answers scripts while steps run (each probe raises if it hangs)
         probe_s(page)
         page.wait_for_timeout(500)
+    page.wait_for_function("() => window.stopBoxes.length >= 3", timeout=HANG_MS)
+    boxes = page.evaluate("window.stopBoxes")
+    assert len(set(boxes)) == 1, boxes  # no layout shift under the controls while the run streams
     page.locator("#stop").click()
     expect(status).to_contain_text("Stopp", timeout=HANG_MS)  # "Stopping…" at once, then "Stopped after"
     expect(status).to_contain_text("Stopped after", timeout=HANG_MS)
     n, after = map(int, re.search(r"Stopped after (\d+) steps \((\d+) after the click\)", status.inner_text()).groups())
-    assert after <= 1 and n < 300  # at most the step in progress at the click finished after it
+    assert after <= 1 and n < 512  # at most the step in progress at the click finished after it
+    page.locator("#tree-plot").scroll_into_view_if_needed()
     expect(page.locator("#tree-plot .gtitle")).to_contain_text(f"step {n - 1}")  # the last finished step
     settings(page, 1, 60, 6)
     run_to_done(page, HANG_MS)  # a new run afterwards works
@@ -167,6 +193,7 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path, request
     expect(status).to_contain_text("pld")
     page.locator("#prev").click()  # a copying step in the middle of the run
     expect(page.locator("#tree-plot .legendtext").filter(has_text="source: lookup")).to_have_count(1)
+    drawn(page, "#cost-plot")
     expect(page.locator("#cost-plot .gtitle")).to_contain_text("What a step costs")
     expect(page.locator("#cost-note")).to_contain_text("one-token forward")
 
@@ -190,6 +217,7 @@ def test_method_selector_cost_view_whatif_and_open_trace(page, tmp_path, request
     page.locator("#shipped label").filter(has_text="ESP masks").click()
     expect(status).to_contain_text("recorded: trace_masks.json", timeout=HANG_MS)
     page.get_by_role("tab", name="Run").click()
+    page.locator("#mask-plot").scroll_into_view_if_needed()
     expect(page.locator("#mask-plot .gtitle")).to_contain_text("Attention pattern · step")
     page.screenshot(path=str(tmp_path / "features.png"), full_page=True)
 
@@ -219,6 +247,8 @@ def test_panels_and_axis_labels_fit_at_desktop_and_phone_width(page, width):
     page.set_viewport_size({"width": width, "height": 1000})
     page.get_by_role("tab", name="Run").click()
     expect(page.locator("#tree-plot .gtitle")).to_contain_text("step", timeout=HANG_MS)
+    for plot in PLOTS:  # each drawn once it is on screen
+        drawn(page, plot)
     page.wait_for_timeout(500)  # Plotly redraws on resize
     boxes = {p: _box(page, f"{p} .main-svg") for p in PLOTS}
     for a in PLOTS:

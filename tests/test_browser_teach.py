@@ -1,8 +1,8 @@
 """The lesson in a real browser (issue 17): a link that opens a step, playback, presenter keys, the tour,
 linked focus, the step in words, present mode and the lecture export; one server, in-process, and no model
 is ever loaded (every load is recorded and must stay empty). No assert is a wall-clock limit: playback is
-checked by what it does (it moves on by itself, holds when paused, stops at the end; its timer's interval is
-tests/test_requests.py's), and timeouts are hang guards.
+checked by what it does (it moves on by itself, holds when paused, stops at the end), and timeouts are hang
+guards. All of it is the page's player's (tests/test_browser_player.py: no request to the server).
 """
 from __future__ import annotations
 
@@ -191,8 +191,7 @@ def test_focus_outlines_the_node_across_views(site, page):
     expect_step(page, 13)
     shapes = "() => (document.querySelector('#mask-plot .js-plotly-plot')?.layout.shapes || []).length"
     before = page.evaluate(shapes)
-    page.locator("#focus input").click()
-    page.get_by_role("option").nth(1).click()  # node 1: the first draft
+    page.locator("#focus select").select_option("1")  # node 1: the first draft
     expect(page.locator("#focus-note")).to_contain_text("Node 1", timeout=HANG_MS)
     page.wait_for_function(f"() => ({shapes})() > {before}", timeout=HANG_MS)
     page.locator("#next").click()  # a new step resets the focus
@@ -202,7 +201,10 @@ def test_focus_outlines_the_node_across_views(site, page):
     root = page.locator("#tree-plot .scatterlayer .points path").first  # a click on the tree focuses too
     root.scroll_into_view_if_needed()
     box = root.bounding_box()
+    page.evaluate("() => { document.querySelector('#tree-plot .js-plotly-plot')._hoverdata = null; }")
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("() => (document.querySelector('#tree-plot .js-plotly-plot')._hoverdata || []).length > 0",
+                           timeout=HANG_MS)  # Plotly has the node under the mouse (a busy machine hovers late)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     expect(page.locator("#focus-note")).to_contain_text("Node ", timeout=HANG_MS)
 

@@ -94,7 +94,7 @@ def test_a_lecture_from_a_crafted_trace_runs_no_script_offline(browser, tmp_path
     page.goto(path.as_uri())
     last = len(steps) - 1
     expect(page.locator("#step-label")).to_have_text(f"Step 0 of {last}", timeout=HANG_MS)
-    expect(page.locator("#tree .main-svg").first).to_be_visible()
+    expect(page.locator("[data-figure=tree] .main-svg").first).to_be_visible()
     expect(page.locator("#figures .main-svg").first).to_be_visible()  # the shown step's figures, below
     page.locator("#next").click()
     expect(page.locator("#step-label")).to_have_text(f"Step 1 of {last}")

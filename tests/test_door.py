@@ -366,12 +366,14 @@ def test_the_fair_order_is_round_robin_across_visitors_and_their_units():
 @contextmanager
 def launched(monkeypatch, engine=Paced, **limits) -> Iterator:
     """The app on a free port with LIMITS changed by `limits` and `engine` in place of the decoder; yields the
-    launched demo."""
+    launched demo. The model takes one run at a time, alone (a line of one: Gradio's queue holds the others, in
+    the door's order), so that `engine` decodes every run (a paced or replayed run cannot share a batch)."""
     import app
-    from explorer import worker
+    from explorer import batch, worker
 
-    monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, **limits))
+    monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, **{"line_size": 1, **limits}))
     monkeypatch.setattr(worker, "Decoder", engine)
+    monkeypatch.setattr(batch, "shares_batch", lambda settings: False)
     with gpu_mode("local"):
         demo = app.queued(app.build_app())
         demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.launch_options())

@@ -77,6 +77,10 @@ def test_gpu_batch_tiny_checks_every_method_in_a_batch_and_through_model_generat
     assert res["device"] == "cpu" and {row["method"] for row in res["batch"]} >= {"ar", "esp", "hybrid:bc=auto"}
     assert all(row["same_as_alone"] == 4 for row in res["batch"])
     assert [c["equal_to_generate"] for c in res["custom_generate"]] == [True, True, True]
+    views = res["views"]
+    assert views["spec"] == "esp:k=2:bc=30" and set(views["ms_per_step"]) == {"app views", "no views"}
+    assert all(v > 0 for v in views["ms_per_step"].values())
+    assert views["ratio"] == pytest.approx(views["ms_per_step"]["app views"] / views["ms_per_step"]["no views"], rel=1e-2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")

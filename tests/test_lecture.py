@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.export import read_trace_json
-from components.lecture import lecture_html, markdown_html, write_lecture
+from components.frames import markdown_html
+from components.lecture import lecture_html, write_lecture
 from components.step_words import step_words
 
 from lens_trace import without_lens
@@ -35,7 +36,7 @@ def embedded(page: str, name: str):
 
 
 def _frames(page: str) -> list[dict]:
-    return embedded(page, "frames")
+    return embedded(page, "run")["frames"]
 
 
 def test_builds_every_step_with_no_external_reference(run):
@@ -47,9 +48,10 @@ def test_builds_every_step_with_no_external_reference(run):
         assert f["tree"]["layout"]["title"]["text"].startswith(f"Draft tree · step {s.step}")
         assert f["mask"]["layout"]["title"]["text"].startswith(f"Attention pattern · step {s.step}")
         # trace_copy records the lens (scripts/record_traces.py): every step carries both figures
-        assert f["eye"]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
+        assert f["eye"][0]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
         assert f["lens"]["layout"]["title"]["text"].startswith(f"Mask Lens · step {s.step}")
         assert f["words"] == markdown_html(step_words(s, meta))
+    assert set(embedded(page, "run")["views"]) == {"cost", "timing", "hist", "align", "lens_rank", "commit"}
     assert all(f["eye"] is None and f["lens"] is None  # recorded without the lens: the page says so instead
                for f in _frames(lecture_html(without_lens(steps), meta)))
     assert re.search(r"<script[^>]*\bsrc=", page) is None and "<link" not in page  # nothing to fetch
@@ -82,13 +84,13 @@ def test_plays_from_disk_offline(run, tmp_path):
         page.goto(path.as_uri())
         expect = sync_api.expect
         expect(page.locator("#step-label")).to_have_text(f"Step 0 of {last}")
-        expect(page.locator("#tree .main-svg").first).to_be_visible()
+        expect(page.locator("[data-figure=tree] .main-svg").first).to_be_visible()
         page.locator("#play").click()
-        expect(page.locator("#play")).to_have_text("Pause")
+        expect(page.locator("#play")).to_contain_text("Pause")
         expect(page.locator("#step-label")).to_have_text(f"Step {last} of {last}", timeout=15_000)
-        expect(page.locator("#play")).to_have_text("Play")  # stopped at the last step
+        expect(page.locator("#play")).to_contain_text("Play")  # stopped at the last step
         assert page.locator("#scrub").input_value() == str(last)
-        assert f"step {last}" in page.locator("#tree .gtitle").text_content()
+        assert f"step {last}" in page.locator("[data-figure=tree] .gtitle").text_content()
         page.locator("body").press("ArrowLeft")
         expect(page.locator("#step-label")).to_have_text(f"Step {last - 1} of {last}")
         page.locator("body").press("ArrowRight")
@@ -106,7 +108,7 @@ def test_every_step_carries_its_lens_and_eye(lens_run):
     meta, steps = lens_run
     frames = _frames(lecture_html(steps, meta))
     for f, s in zip(frames, steps):
-        assert f["eye"]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
+        assert f["eye"][0]["layout"]["title"]["text"].startswith(f"The verifier's eye · step {s.step}")
         lens = f["lens"]["layout"]
         assert lens["title"]["text"].startswith(f"Mask Lens · step {s.step}")
         assert s.lens and [t for t in f["lens"]["data"] if t["type"] == "heatmap"]  # a grid at every step
@@ -131,14 +133,13 @@ def test_the_lens_of_a_step_shows_from_disk(lens_run, tmp_path):
         page = context.new_page()
         page.goto(path.as_uri())
         expect = sync_api.expect
-        expect(page.locator("#step-label")).to_have_text(f"Step 0 of {len(steps) - 1}")
-        for _ in range(step.step):
-            page.locator("#next").click()
-        expect(page.locator("#lens .gtitle")).to_contain_text(f"Mask Lens · step {step.step}")
+        expect(page.locator("[data-figure=tree] .main-svg").first).to_be_visible()  # it opens on the story's step
+        page.locator("#scrub").fill(str(step.step))
+        expect(page.locator("[data-figure=lens] .gtitle")).to_contain_text(f"Mask Lens · step {step.step}")
         cells = sum(len(r.tokens) for r in step.lens)
-        assert page.locator("#lens .scatterlayer .textpoint").count() == cells  # a decoded token per layer and mask
-        assert page.locator("#lens .scatterlayer .textpoint").filter(has_text=came.strip()).count() >= 5
-        expect(page.locator("#eye .gtitle")).to_contain_text(f"The verifier's eye · step {step.step}")
+        assert page.locator("[data-figure=lens] .scatterlayer .textpoint").count() == cells  # a decoded token per layer and mask
+        assert page.locator("[data-figure=lens] .scatterlayer .textpoint").filter(has_text=came.strip()).count() >= 5
+        expect(page.locator("[data-figure=eye] .gtitle")).to_contain_text(f"The verifier's eye · step {step.step}")
         assert page.locator("#lens-note").is_hidden() and page.locator("#eye-note").is_hidden()
         page.goto(plain.as_uri())  # recorded without the lens: one line says so
         expect(page.locator("#lens-note")).to_be_visible()

@@ -1,5 +1,5 @@
 """esp.show (issue 41): the notebook widget plays a shipped trace and a fresh esp.decode run with the app's own
-step views (its data checked against explorer/views.py's for the same step); bad input gets one line; outside a
+step views (its data checked against what the app's page gets for the same run: explorer/views.py); bad input gets one line; outside a
 notebook it writes the lecture file and says where; the widget's HTML export plays from disk offline; the
 example notebook runs headless."""
 from __future__ import annotations
@@ -10,17 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import plotly.io as pio
 import pytest
 
 import esp
 import esp.notebook
-from components.lecture import lecture_html, markdown_html, text_html
+from components.lecture import lecture_html
 from components.notebook import export_html, runs_of
 from conftest import ROOT
 from esp.errors import ESPError
 from explorer.session import Session
-from explorer.views import VIEWS, render
+from explorer.views import opened
 
 TRACE = ROOT / "assets" / "trace_copy.json"  # 5 steps
 MASKS = ROOT / "assets" / "trace_masks.json"
@@ -34,17 +33,12 @@ def kernel(monkeypatch):
     monkeypatch.setattr(esp.notebook, "in_notebook", lambda: True)
 
 
-def _json(fig) -> dict:
-    return json.loads(pio.to_json(fig, validate=False))
-
-
 def assert_matches_app(run: dict, steps, meta, i: int):
-    """Step i of a widget run shows the app's views of that step (explorer.views.render) with the same data."""
-    app = dict(zip(VIEWS, render(Session(steps=steps, meta=meta), i)))
-    frame = run["frames"][i]
-    for view in ("tree", "mask"):
-        assert frame[view]["data"] == _json(app[view])["data"] and frame[view]["layout"] == _json(app[view])["layout"]
-    assert frame["text"] == text_html(app["text"]) and frame["words"] == markdown_html(app["words"])
+    """Step i of a widget run is the frame the app's page gets for it (explorer.views.opened), and the run's
+    views are the page's."""
+    app = opened(Session(steps=steps, meta=meta))
+    assert run["frames"][i] == json.loads(json.dumps(app["frames"][i]))
+    assert run["views"] == json.loads(json.dumps(app["views"])) and run["legend"] == app["legend"]
 
 
 def test_the_widget_bundle_of_a_shipped_trace_holds_the_apps_views(kernel):
@@ -198,18 +192,18 @@ def test_the_widget_export_plays_from_disk_offline(browser, tmp_path, monkeypatc
     first, second = page.locator(".esp-player").nth(0), page.locator(".esp-player").nth(1)
     last = 4
     expect(first.locator("#step-label")).to_have_text(f"Step 0 of {last}", timeout=20_000)
-    expect(first.locator("#tree .main-svg").first).to_be_visible()
+    expect(first.locator("[data-figure=tree] .main-svg").first).to_be_visible()
     expect(second.locator("#step-label")).to_have_text(re.compile(r"Step 0 of \d+"))
     first.locator("#next").click()
     expect(first.locator("#step-label")).to_have_text(f"Step 1 of {last}")
-    assert "step 1" in first.locator("#tree .gtitle").text_content()
+    assert "step 1" in first.locator("[data-figure=tree] .gtitle").text_content()
     first.locator("#step-label").click()  # the player takes the focus: the arrow keys are its own
     page.keyboard.press("ArrowRight")
     expect(first.locator("#step-label")).to_have_text(f"Step 2 of {last}")
     first.locator("#play").click()
     expect(first.locator("#step-label")).to_have_text(f"Step {last} of {last}", timeout=15_000)
-    expect(first.locator("#play")).to_have_text("Play")
-    expect(first.locator("#mask .main-svg").first).to_be_visible()
+    expect(first.locator("#play")).to_contain_text("Play")
+    expect(first.locator("[data-figure=mask] .main-svg").first).to_be_visible()
     expect(second.locator("#step-label")).to_have_text(re.compile(r"Step 0 of "))  # the other player kept still
     second.locator("#next").click()
     expect(second.locator("#step-label")).to_have_text(re.compile(r"Step 1 of "))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.app, pytest.mark.slow]  # a fresh process builds the page and renders every step
+pytestmark = [pytest.mark.app, pytest.mark.slow]  # a fresh process builds the page and every step's frame
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
@@ -19,20 +19,25 @@ def refuse(*args):
 esp.models.loader._load = refuse
 import plotly.graph_objects as go
 import app
-from explorer import calls, views as shown
+from explorer import calls
 from explorer.session import Session
 app.build_app()
 out = {}
 for name in calls.TRACES:
     session = Session()
-    status, scrub, *views, kept = calls.open_shipped(name, session)
-    figures = {view: v for view, v in zip(shown.VIEWS, views) if isinstance(v, go.Figure)}
-    empty = {view: f for view, f in figures.items() if not f.data}
-    out[name] = {"status": status, "steps": len(session.steps), "figures": len(figures), "empty": sorted(empty),
-                 "unexplained": [v for v, f in empty.items() if not any(a.text for a in f.layout.annotations)],
-                 "views": len(views), "lens": any(s.lens for s in session.steps), "stem": calls.TRACES[name].stem}
-    for i in range(len(session.steps)):  # every step re-renders with every view
-        shown.render(session, i)
+    status, player, kept = calls.open_shipped(name, session)
+    figures = {view: v["figure"] for view, v in player["views"].items()}
+    for i, frame in enumerate(player["frames"]):  # every step's own views, in its frame
+        figures.update({f"{view} {i}": frame[view] for view in ("tree", "mask", "lens") if frame[view]})
+        figures.update({f"eye {i}.{row}": fig for row, fig in enumerate(frame["eye"] or [])})
+    last = len(player["frames"]) - 1
+    shown = {view: f for view, f in figures.items() if " " not in view or view.split(" ")[1] in (str(last), f"{last}.0")}
+    empty = {view: f for view, f in shown.items() if not f["data"]}
+    out[name] = {"status": status, "steps": len(session.steps), "frames": len(player["frames"]),
+                 "views": sorted(player["views"]), "empty": sorted(empty),
+                 "unexplained": [v for v, f in figures.items()
+                                 if not f["data"] and not any(a.get("text") for a in f["layout"].get("annotations", []))],
+                 "lens": any(s.lens for s in session.steps), "stem": calls.TRACES[name].stem}
 print(json.dumps(out))
 """
 
@@ -47,14 +52,13 @@ def opened() -> dict:
 
 def test_shipped_traces_render_every_view_without_a_model(opened):
     from explorer.calls import OPENING, TRACES
-    from explorer.views import VIEWS
 
     assert set(opened) == set(TRACES)
     assert "trace_qwen05" in {p.stem for p in TRACES.values()}  # the paper's lesson: a bigger model
     for name, r in opened.items():
-        assert r["status"].startswith("**Done**") and r["steps"] >= 3
-        # tree, attention, align, hist, timing, cost, the verifier's eye, the Mask Lens grid, strip and run
-        assert r["views"] == len(VIEWS) and r["figures"] == 10
+        assert r["status"].startswith("**Done**") and r["steps"] >= 3 and r["frames"] == r["steps"]
+        # the run's own views beside each step's tree, attention pattern, verifier's eye and Mask Lens grid
+        assert r["views"] == ["align", "commit", "cost", "hist", "lens_rank", "timing"]
         # A view with nothing to draw at the last step says why in a note, never a blank figure: the
         # alignment of a step whose masks have not been resolved yet, the lens of a step that fed no mask at
         # the end of its path, the verifier's row past the end of a run that stopped at its end-of-text.

@@ -179,13 +179,13 @@ def run_ends(monkeypatch, lm):
     """run_ends(how): generate()'s GPU call replaced by one that streams three stored steps, then ends `how`
     ("done", "stopped")."""
     def make(how: str) -> None:
-        def run_steps(name, ids, settings, token, seconds=None):
+        def run_steps(name, ids, settings, token, seconds=None, who=None):
             yield {"meta": {"device": "CPU", "dtype": "float32", "curve": MASKS["meta"]["curve"]}}
             for step in MASKS["steps"][:3]:
                 yield {"step": step, "clock": 0.0}
             yield {"end": how}
 
-        monkeypatch.setattr(calls, "run_steps", run_steps)
+        monkeypatch.setattr(calls.batch, "updates", run_steps)
     return make
 
 
@@ -217,7 +217,7 @@ def test_after_the_links_own_run_the_page_shows_the_links_step(run_ends):
     other = links.Recipe("another prompt", "embedded", RunSettings(max_new_tokens=8))
     out = lesson.after_run(session, {"recipe": other.to_dict(), "step": 1})
     assert out[0] == made.query() and out[2] is not None  # another run: the link's step waits for its own
-    assert out[4] == calls.gr.skip()
+    assert out[3] == calls.gr.skip()
     out = lesson.after_run(session, {"recipe": made.to_dict(), "step": 1})
     assert out[0] == made.query() and out[2] is None  # the link's run: its step, once
-    assert out[3].startswith("**Done** · step 1 of 2") and out[4]["value"] == 1
+    assert out[3]["show"] == 1 and "frames" not in out[3]  # the player has the run: it only moves

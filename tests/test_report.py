@@ -162,3 +162,31 @@ def test_the_lens_table_reads_each_model_at_its_own_eighths_of_depth(tmp_path):
     assert "| 4/8 | 401 / 402 (50% / 50%) | 801 / 802 (50% / 50%) |" in page  # layer 4 of 8, layer 8 of 16
     assert "| 8/8 (output) | 801 / 802 (100% / 100%) | 1601 / 1602 (100% / 100%) |" in page
     assert "--lens --model small\npython -m esp.bench --lens --model big" in page
+
+
+def test_the_gpu_table_projects_from_a_cpu_tau_and_the_gpu_s_measured_step(tmp_path):
+    """The GPU check's files make one table: the curve as ratios, each step with its engine share, and the projection
+    tau x t(1) / step, whose tau comes from a CPU run's file (cited, not the table's machine); a file written before its
+    script recorded provenance takes the manifest's command."""
+    made = {"machine": {"cpu": "Host", "flags": [], "cores": 16, "gpu": "Some GPU"}, "date": "2026-12-04T00:00:00Z",
+            "command": "python -m esp.bench costs --json c.json"}
+    step = lambda total, share: {"mean_ms": {"total": total}, "median_ms": {}, "engine_share": share, "steps": 9}  # noqa: E731
+    model = {"curve_ms": {"1": 20.0, "64": 25.0}, "curve_ratio": {"1": 1.0, "64": 1.25},
+             "overhead": {"k=1 bc=60 static": step(25.0, 0.05), "hybrid bc=60": step(40.0, 0.1)}}
+    costs = {"provenance": made, "models": {"shape-a": model}, "builders_us": {"k=1 static [29]": {"efficient": 50.0, "naive": 2500.0}}}
+    batch = {"tokens": 64, "batch": [{"method": "esp", "batch": 8, "same_as_alone": 8}],
+             "custom_generate": [{"method": "esp", "equal_to_generate": True}],
+             "views": {"spec": "esp:k=2:bc=30", "dtype": "bfloat16", "rounds": 6,
+                       "ms_per_step": {"app views": 24.0, "no views": 20.0}, "ratio": 1.2}}
+    cpu_run = {"results": {"esp:k=1:bc=60": {"tau": 1.5}, "hybrid:bc=60": {"tau": 2.4}}}
+    page = results(tmp_path, {"c.json": costs, "b.json": batch, "tau.json": cpu_run},
+                   {"kind": "gpu", "files": ["c.json", "b.json"], "command": "python -m scripts.gpu_batch --json b.json",
+                    "projection": {"file": "tau.json", "label": "a CPU run",
+                                   "methods": {"esp:k=1:bc=60": "k=1 bc=60 static", "hybrid:bc=60": "hybrid bc=60"}}})
+    assert "### t · Some GPU (host: Host, 16 cores," in page
+    assert "python -m esp.bench costs --json c.json\npython -m scripts.gpu_batch --json b.json" in page
+    assert "| shape-a (t(1) = 20.0 ms) | 1.00 | 1.25 |" in page and "| hybrid bc=60 | 40.0, 10.0% |" in page
+    assert "| `esp:k=1:bc=60` | 1.50 | 25.0, 1.20x |" in page  # 1.5 x 20 / 25
+    assert "| `hybrid:bc=60` | 2.40 | 40.0, 1.20x |" in page  # 2.4 x 20 / 40
+    assert "`esp` 8/8" in page and "`esp` yes" in page and "24.0 against 20.0 ms per step without them, 1.20x" in page
+    assert "[tau.json](results/tau.json)" in page

@@ -18,14 +18,13 @@ from hypothesis import strategies as st
 
 from conftest import plain
 from esp import methods
-from explorer import calls, gpu as machine, lesson
+from explorer import calls, gpu as machine
 from explorer import requests as rq
 from explorer.session import HeldRuns, Session
-from explorer.views import VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 MASKS = json.loads((ROOT / "assets" / "trace_masks.json").read_text())
-SHOWN = 2 + len(VIEWS)
+SHOWN = 2  # show_step's outputs: status, the player's message
 # Few examples, no deadline: the suite runs on two shared cores.
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WILD = st.one_of(
@@ -104,7 +103,7 @@ def gpu(monkeypatch):
     request that passes its checks loads the model, to count its prompt's tokens: those tests are `model`."""
     seen = []
 
-    def run_steps(name, ids, settings, token, seconds=None):
+    def run_steps(name, ids, settings, token, seconds=None, who=None):
         seen.append(settings)
         yield {"meta": {"device": "CPU", "dtype": "float32", "curve": MASKS["meta"]["curve"]}}
         yield {"step": MASKS["steps"][1], "clock": 0.0}
@@ -118,7 +117,8 @@ def gpu(monkeypatch):
         seen.append(settings)
         return {"step": steps[i]}
 
-    for name, fn in (("run_steps", run_steps), ("decode_once", decode_once), ("rerun_step", rerun_step)):
+    monkeypatch.setattr(calls.batch, "updates", run_steps)
+    for name, fn in (("decode_once", decode_once), ("rerun_step", rerun_step)):
         monkeypatch.setattr(calls, name, fn)
     return seen
 
@@ -187,7 +187,7 @@ def test_each_probe_is_refused_in_one_line_before_the_gpu(gpu, caplog, bad, says
 def test_show_step_and_export_refuse_a_bad_step_in_one_line(opened, caplog, i):
     caplog.set_level(logging.INFO, logger="esp.app")
     if i is None:  # an empty Go-to box: the first step
-        assert calls.show_step(opened, i)[0].startswith("**Done** · step 0 of 24")
+        assert calls.show_step(opened, i)[1]["show"] == 0
         return
     out = calls.show_step(opened, i)
     assert len(out) == SHOWN and one_line_refusal(out[0]) and all(o == gr.skip() for o in out[1:])
@@ -215,7 +215,7 @@ def test_compare_total_tokens_are_capped_before_any_model_work(gpu, monkeypatch)
 
 
 def test_a_bug_in_a_handler_is_one_line_for_the_visitor_and_a_traceback_in_the_log(opened, monkeypatch, caplog):
-    monkeypatch.setattr(calls, "render", lambda *a, **kw: 1 / 0)
+    monkeypatch.setattr(calls, "step_frame", lambda *a, **kw: 1 / 0)
     out = calls.show_step(opened, 3)
     assert out[0] == "⚠️ Something went wrong on the server (ZeroDivisionError); it is logged."
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [ZeroDivisionError]
@@ -277,34 +277,18 @@ def test_compare_answers_anything_within_its_token_cap_or_in_one_line(gpu, page,
 
 
 def is_step(out, session: Session) -> bool:
-    """A re-rendered stored step: its status and a scrubber value inside the run."""
-    return out[0].startswith("**Done** · step") and 0 <= out[1]["value"] < len(session.steps)
+    """A stored step for the player: the run's status and a step to show inside the run."""
+    return out[0].startswith("**Done** · ") and 0 <= out[1]["show"] < len(session.steps)
 
 
 @FEW
-@given(sent(rq.STEP), sent(rq.FOCUS), st.sampled_from([-1, 1]), WILD)
-def test_stored_step_handlers_answer_anything(opened, caplog, i, focus, delta, click):
+@given(sent(rq.STEP))
+def test_the_stored_step_handler_answers_anything(opened, caplog, i):
     caplog.clear()
-    for out in (calls.show_step(opened, i, focus), calls.step_by(delta)(opened, i), lesson.clicked(opened, i, click),
-                lesson.tick(opened, i)):
-        assert len(out) >= SHOWN and (is_step(out, opened) or one_line_refusal(out[0]))
-    no_traceback(caplog)
-
-
-@FEW
-@given(sent(rq.SPEED), sent(rq.STEP), st.booleans())
-def test_playback_answers_anything(opened, caplog, speed, i, playing):
-    caplog.clear()
-    out = lesson.play(playing, speed, opened, i)
-    assert len(out) == 3 + SHOWN
-    if out[0] is True:  # playing: at a speed the page's box allows
-        assert 1 / rq.SPEED.high <= out[1].value <= 1 / rq.SPEED.low
-    else:
-        assert out[3] == gr.skip() or one_line_refusal(out[3])
-    try:
-        assert isinstance(lesson.set_speed(speed), gr.Timer)
-    except gr.Error as e:
-        assert one_line_refusal(e.message)
+    out = calls.show_step(opened, i)
+    assert len(out) == SHOWN and (is_step(out, opened) or one_line_refusal(out[0]))
+    if is_step(out, opened):
+        assert list(out[1]["frames"]) == [str(out[1]["show"])]  # that step's frame, and no other
     no_traceback(caplog)
 
 

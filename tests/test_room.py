@@ -1,8 +1,8 @@
 """Issue 38: the teacher's lesson room (explorer/room.py), through its handlers. Rooms are bounded in number,
 per address and in lifetime, and their ids are unguessable; the presenter's page moves the room's step, and
 nothing else does; a room link opens the room's run at the presenter's step, following it; a bad or ended
-room is one line; a follower's tick asks for the presenter's step only when following and elsewhere, and
-comes back to the room's run. The browser test is tests/test_browser_room.py."""
+room is one line; the room's tick tells the room the presenter's step, and a follower's is told it only when
+following and elsewhere (its player moves there with no other request), and comes back to the room's run. The browser test is tests/test_browser_room.py."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -70,7 +70,7 @@ def test_only_the_presenters_page_moves_the_room_and_only_on_the_rooms_run(rooms
     mine = presenting(teacher, step=3)
     shared = rooms.get(mine.room)
     assert shared.step == 3 and shared.steps is teacher.steps
-    room.present(mine, teacher, 7)
+    assert room.tick(mine, None, 7, teacher) == (gr.skip(), gr.skip(), gr.skip())  # the presenter's tick tells it
     assert shared.step == 7
     room.present(Pass(mine.room), teacher, 2)  # a follower's page cannot move it
     room.present(mine, teacher, "9; drop")  # nor a value that is no step
@@ -97,9 +97,12 @@ def test_a_room_link_opens_the_rooms_run_at_the_presenters_step_following_it(roo
     mine = presenting(teacher, step=5)
     student = Session()
     out = room.join(student, page(room=mine.room))
-    status, scrub, session, membership = out[0], out[1], out[-8], out[-7]
-    assert status.startswith("**Done** · step 5 of") and scrub["value"] == 5
+    status, player, session, membership = out[0], out[1], out[-8], out[-7]
+    assert status.startswith("**Done** · ") and player["show"] == 5 and player["room"] is True
+    assert len(player["frames"]) == len(teacher.steps) and player["reset"] is True
     assert session.steps is teacher.steps and membership == Pass(mine.room)
+    again = room.join(Session(), page(room=mine.room))[1]
+    assert again["frames"] is player["frames"]  # made once, whoever joins
     follow, timer = out[-2], out[-1]
     assert follow.visible and follow.value is True and timer.active
     assert room.join(Session(), page()) == tuple(gr.skip() for _ in out)  # a link without a room: nothing
@@ -119,27 +122,26 @@ def test_a_bad_or_ended_room_link_is_one_line_and_changes_nothing(bad, says):
     assert all(o == gr.skip() for o in out[1:]) and student.steps is steps
 
 
-def test_a_follower_asks_for_the_presenters_step_only_when_following_and_elsewhere(rooms):
+def test_a_follower_is_told_the_presenters_step_only_when_following_and_elsewhere(rooms):
     teacher = shipped()
     mine = presenting(teacher, step=4)
     student = room.join(Session(), page(room=mine.room))[-8]
     theirs = Pass(mine.room)
     skip = (gr.skip(), gr.skip(), gr.skip())
-    assert room.poll(theirs, True, 4) == skip  # already there
-    room.present(mine, teacher, 6)
-    assert room.poll(theirs, True, 4) == (6, gr.skip(), gr.skip())
-    assert room.poll(theirs, False, 4) == skip  # not following
-    assert room.poll(theirs, "true", 4) == skip  # only the box's own value counts
-    assert room.poll(mine, True, 4) == skip  # the presenter follows nobody
-    out = room.follow(student, theirs, 6)
-    assert out[0].startswith("**Done** · step 6 of") and out[-1] is student
+    assert room.tick(theirs, True, 4, student) == skip  # already there
+    room.tick(mine, None, 6, teacher)
+    player, note, timer = room.tick(theirs, True, 4, student)
+    assert player["show"] == 6 and player["room"] is True and "frames" not in player  # its player has the run
+    assert room.tick(theirs, False, 4, student) == skip  # not following
+    assert room.tick(theirs, "true", 4, student) == skip  # only the box's own value counts
+    assert room.tick(theirs, True, "x", student)[0]["show"] == 6  # a step that is no step: told the room's
+    assert room.tick(None, True, 4, student) == skip  # in no room
     # A follower that opened another run comes back to the room's when it follows again.
     open_shipped("trace_copy", student)
-    out = room.follow(student, theirs, 6)
-    assert student.steps is teacher.steps and out[0].startswith("**Done** · step 6 of")
-    assert room.follow(student, theirs, "x")[0].startswith("⚠️ step must be a number")
-    # The room ends: the tick says so once and stops; a late ask is one line.
+    player = room.tick(theirs, True, 4, student)[0]
+    assert student.steps is teacher.steps and player["reset"] is True and player["show"] == 6
+    assert len(player["frames"]) == len(teacher.steps)
+    # The room ends: the tick says so once and stops.
     room.end(mine)
-    step, note, timer = room.poll(theirs, True, 6)
-    assert step == gr.skip() and note.startswith("⚠️ The lesson room") and timer.active is False
-    assert room.follow(student, theirs, 6)[0].startswith("⚠️ The lesson room")
+    player, note, timer = room.tick(theirs, True, 6, student)
+    assert player == gr.skip() and note.startswith("⚠️ The lesson room") and timer.active is False

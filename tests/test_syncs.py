@@ -43,3 +43,15 @@ def test_the_counter_sees_a_read():
         x = torch.arange(3)
         x.tolist(), int(x[0]), float(x[1]), bool(x[2] > 0), x.sum().item()
     assert reads.n == 5
+
+
+@pytest.mark.parametrize("method", ["esp:k=2:bc=30", "hybrid:bc=60", "pld"])
+def test_the_views_add_at_most_four_host_reads_a_step(tiny, method):
+    """Recording what the app draws (issue 48) reads back, per step, the verifier's eye, the Mask Lens, the masks
+    it resolves and the alignment once each: it was 19 reads a step for ESP before (one per mask, row and list)."""
+    prompt = (list(range(40, 60)) * 3)[:50]
+    count_syncs.count(tiny, method, prompt, 24, timings=False, views=True)
+    seen = count_syncs.count(tiny, method, prompt, 24, timings=False, views=True)
+    plain = count_syncs.count(tiny, method, prompt, 24, timings=False)
+    assert seen["steps"] == plain["steps"] >= 4
+    assert seen["reads_max"] - plain["reads_max"] <= 4 and seen["syncs_mean"] == 0, (seen, plain)

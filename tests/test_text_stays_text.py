@@ -21,7 +21,7 @@ from components.lecture import _PAGE, fill, lecture_html, script_json
 from components.settings import RunSettings
 from explorer import calls, lesson
 from explorer.session import Session
-from explorer.views import VIEWS, refuse, refusal_line
+from explorer.views import refuse, refusal_line
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a crafted trace carries, field by field; none of it may reach the page as markup.
@@ -49,7 +49,7 @@ def assert_text(markdown: str, *shown: str) -> None:
         assert s in read(markdown), (s, markdown)
 
 
-def figure_strings(fig: go.Figure) -> list[str]:
+def figure_strings(fig: go.Figure | dict) -> list[str]:
     out: list[str] = []
 
     def walk(v) -> None:
@@ -61,7 +61,7 @@ def figure_strings(fig: go.Figure) -> list[str]:
         elif isinstance(v, (list, tuple)):
             for x in v:
                 walk(x)
-    walk(fig.to_plotly_json())
+    walk(fig if isinstance(fig, dict) else fig.to_plotly_json())
     return out
 
 
@@ -153,24 +153,39 @@ def test_markup_in_a_link_shows_as_text():
         assert shown in read(out[0])
 
 
+def assert_html_text(markup: str, *shown: str) -> None:
+    """`markup` (escaped HTML the player writes with innerHTML) forms only the player's own tags (bold, code, a
+    table), and reads as the crafted characters."""
+    rendered = _Rendered(markup)
+    assert set(rendered.tags) <= {"b", "code", "table", "thead", "tbody", "tr", "th", "td"}, rendered.tags
+    for s in shown:
+        assert s in rendered.text, (s, rendered.text)
+
+
 def test_markup_in_an_opened_trace_shows_as_text_in_every_view(tmp_path):
     session = Session()
     out = calls.open_trace(crafted_trace(tmp_path), session, 1)
-    status, views = out[0], dict(zip(VIEWS, out[2:-1]))
+    status, player = out[0], out[1]
     assert status.startswith("**Done**")
     assert_text(status, SETTINGS, "recorded: <b>crafted<b>.json")
-    assert_text(views["words"], f"{KIND} row")
-    assert_text(views["cost_note"], f"this {DEVICE}")
-    assert {text for text, _ in views["text"]} == {TOKEN}  # HighlightedText shows its text as text (browser test)
-    focused = dict(zip(VIEWS, calls.show_step(session, 1, 1)[2:]))
-    assert_text(focused["focus_note"], f"Node 1 '{TOKEN}'")
-    for name in ("tree", "mask", "align", "hist", "timing", "cost", "eye", "lens", "commit", "lens_rank"):
-        strings = figure_strings(views[name])
+    frame = player["frames"][1]
+    assert_html_text(frame["words"], f"{KIND} row")
+    assert_html_text(frame["cost_note"], f"this {DEVICE}")
+    assert_html_text(frame["stats"])
+    assert {t[0] for f in player["frames"] for t in f["tokens"]} == {TOKEN}  # written with textContent: text
+    assert_html_text(frame["nodes"][1][1], f"Node 1 '{TOKEN}'")  # the focus note
+    assert_html_text(frame["tokens"][0][3], f"Token '{TOKEN}'")  # a token's note
+    assert all(TOKEN in label for label, *_ in frame["nodes"][:2])  # the Focus box's labels: textContent too
+    figures = {**{name: frame[name] for name in ("tree", "mask", "lens")}, "eye": frame["eye"][0],
+               **{name: view["figure"] for name, view in player["views"].items()},
+               "bands": {"data": frame["bands"] + frame["focus_bands"]}}
+    for name, fig in figures.items():
+        strings = figure_strings(fig)
         assert not any(m in s for s in strings for m in MARKERS), (name, [s for s in strings if "<" in s][:5])
-    tree = figure_strings(views["tree"])
+    tree = figure_strings(frame["tree"])
     assert any("&lt;b&gt;to" in s for s in tree) and any(plot_text(TOKEN) in s for s in tree)  # label, hover
-    assert any(plot_text(TOKEN) in s for s in figure_strings(views["mask"]))  # the row and column names
-    assert any(plot_text(DEVICE) in s for s in figure_strings(views["cost"]))
+    assert any(plot_text(TOKEN) in s for s in figure_strings(frame["mask"]))  # the row and column names
+    assert any(plot_text(DEVICE) in s for s in figure_strings(player["views"]["cost"]["figure"]))
     session.meta["spec"] = SPEC  # no opened trace carries one (below), but the table escapes what it is given
     alt = session.steps[1]
     assert_text(calls.whatif_table(session, session.steps[1], alt, RunSettings()), SPEC)
@@ -217,9 +232,10 @@ def test_a_lecture_from_a_crafted_trace_holds_no_injection():
     # The prompt's placeholders stay as written, once, in the prompt line; each template slot was filled once.
     assert page.count("{{frames}} {{plotly}} {{title}}") == 1
     assert "<p><b>Prompt:</b> {{frames}} {{plotly}} {{title}} &lt;script&gt;" in page
-    frames = json.loads(re.search(r'id="esp-frames">(.*?)</script>', page, re.S).group(1))
-    # The text so far (steps 0-1), each token as text escaped for innerHTML.
-    assert frames[1]["text"].count(html.escape(SCRIPT)) == sum(len(s.emitted) for s in steps[:2])
+    run = json.loads(re.search(r'id="esp-run">(.*?)</script>', page, re.S).group(1))
+    # Each token as it is, for the player to write with textContent; a note about it, escaped for innerHTML.
+    assert [t[0] for t in run["frames"][1]["tokens"]] == [SCRIPT] * len(steps[1].emitted)
+    assert html.escape(SCRIPT, quote=False) in run["frames"][1]["tokens"][0][3]
     figures = json.loads(re.search(r'id="esp-figures">(.*?)</script>', page, re.S).group(1))
     assert figures[0]["figure"]["layout"]["title"]["text"] == SCRIPT  # data round-trips unchanged
 
@@ -231,8 +247,8 @@ def test_script_json_and_one_pass_fill():
 
 
 def test_every_step_of_a_crafted_trace_renders(tmp_path):
-    """The crafted trace re-renders at every step, a node in focus, with every view (escaping breaks none)."""
+    """The crafted trace opens with every step's frame (escaping breaks none), and each step answers alone."""
     session = Session()
-    calls.open_trace(crafted_trace(tmp_path), session)
+    assert len(calls.open_trace(crafted_trace(tmp_path), session)[1]["frames"]) == len(session.steps)
     for i in range(len(session.steps)):
-        assert calls.show_step(session, i, 1)[0].startswith("**Done**")
+        assert calls.show_step(session, i)[1]["frames"][str(i)]["tree"]

@@ -190,10 +190,8 @@ def test_a_trace_with_lens_records_opens_and_shows_them(tmp_path):
     step = session.steps[1]
     assert step.lens[0].texts == {step.lens[0].tokens[0][0]: "a", step.lens[0].tokens[0][1]: "b"}  # ids again
     assert session.steps[2].lens_real[0].rank == [2, 2, 2] and step.nodes[1].target_rank == 1
-    from explorer.views import VIEWS
-
-    views = dict(zip(VIEWS, out[2:-1]))
-    assert views["lens"].data and views["eye"].data  # drawn, not a note
+    frame = out[1]["frames"][1]
+    assert frame["lens"]["data"] and frame["eye"][0]["data"]  # drawn, not a note
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -307,7 +305,7 @@ def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
             client.predict(handle_file(str(big)), api_name="/open_trace")
         good = client.predict(handle_file(str(ROOT / "assets" / "trace_copy.json")), api_name="/open_trace")
         assert good[0].startswith("**Done**")
-        assert "step 1 of" in client.predict(1, api_name="/show_step")[0]
+        assert client.predict(1, api_name="/show_step")[1]["show"] == 1
 
 
 @pytest.mark.app

@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+from esp.bench import paper
 from esp.bench import tables as t
 from esp.bench.provenance import describe, isa_of
 
@@ -34,9 +35,10 @@ Written by `{COMMAND}` from the JSON in [results/](results/) (today's files are 
 [results/manifest.json](results/manifest.json)); edit the manifest or run the bench, never this page. How the bench
 works: [bench.md](bench.md). Every earlier run, the narrative and the investigations: [history.md](history.md).
 
-- **CPU only.** Nothing here has run on a GPU yet (`scripts/gpu_check.sh` is the prepared run for one). On a CPU a
-  wide block costs several one-row forwards, so ESP alone is slower than plain decoding; the hybrid with a measured
-  budget (`bc=auto`) is what gains.
+- **CPUs, and one GPU check.** Every speed-up below was measured on a CPU, where a wide block costs several one-row
+  forwards, so ESP alone is slower than plain decoding and the hybrid with a measured budget (`bc=auto`) is what
+  gains. The two tables run on an H200 (`scripts/gpu_check.sh`) hold random-weight shapes, so costs, losslessness
+  and a projection, no measured speed-up.
 - **tau** = generated tokens / target forwards (prefill counted). **Speed-up** = mean tokens/s of a method over the
   mean of `ar` in the same run, questions interleaved (Spec-Bench's ratio of means); **vs `generate()`**: over
   transformers' own greedy `model.generate()` timed as a row. **Oracle**: the best any budget could do with the same
@@ -69,7 +71,11 @@ def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str, st
         if len(machines) > 1:
             raise ValueError(f"{entry['title']}: its files ran on different machines; one machine per table.")
         machine, date = made[0]["machine"], made[0]["date"].replace("T", " ").replace("Z", " UTC")
-        command = "\n".join(dict.fromkeys(m["command"] for m in made))  # each file's, once
+        # Each file's command, once; a file written before its script recorded its provenance: the manifest's. A
+        # merged file's provenance is its first part's, so where a table holds one the manifest's command stands.
+        commands = [m["command"] for m in made] + ([entry["command"]] if len(made) < len(data) else [])
+        merged = any((d.get("meta") or {}).get("merged_from") for d in data)
+        command = entry["command"] if merged and entry.get("command") else "\n".join(dict.fromkeys(commands))
     else:
         machine, date, command = manifest["machines"][entry["machine"]], entry["date"], entry["command"]
     return f"### {entry['title']} · {describe(machine)} · {date}", command, isa_of(machine)
@@ -122,9 +128,10 @@ def per_prompt_table(entry: dict, data: list[dict]) -> str:
 
 
 def lossless_table(entry: dict, data: list[dict]) -> str:
-    """The verdict command's file (or its earlier form): a row per method, alone and batched, per dtype."""
-    d = data[0]
-    by_dtype = {k: v["verdicts"] for k, v in d["dtypes"].items()} if "dtypes" in d else {d["dtype"]: d["verdicts"]}
+    """The verdict command's files (or their earlier form): a row per method, alone and batched, per dtype (the
+    dtypes of every file, in order)."""
+    by_dtype = {k: v["verdicts"] for d in data
+                for k, v in (d["dtypes"].items() if "dtypes" in d else [(d["dtype"], {"verdicts": d["verdicts"]})])}
     rows = []
     for dtype, vs in by_dtype.items():
         for name, v in vs.items():
@@ -183,24 +190,105 @@ def lens_table(entry: dict, data: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def gpu_table(entry: dict, data: list[dict]) -> str:
+    """The prepared GPU check (scripts/gpu_check.sh): per random-weight shape, the forward cost curve t(q)/t(1) and
+    each configuration's step with the engine's share; a projected speed-up over `ar` from the tau a CPU run measured
+    (entry["projection"]: its file, and the method -> the configuration whose step it takes); then the mask
+    builders, host syncs, batches, `custom_generate` and the app's views, one line each."""
+    costs = next(d for d in data if "models" in d)
+    syncs = next((d for d in data if "methods" in d), None)
+    batch = next((d for d in data if "custom_generate" in d), None)
+    models = costs["models"]
+    sizes = list(next(iter(models.values()))["curve_ms"])
+    curve = t.markdown(["t(q) / t(1), q ="] + sizes,
+                       [[f"{name} (t(1) = {m['curve_ms']['1']:.1f} ms)"] + [f"{m['curve_ratio'][q]:.2f}" for q in sizes]
+                        for name, m in models.items()])
+    configs = next(iter(models.values()))["overhead"]
+    steps = t.markdown(["step"] + [f"{name}: ms per step, engine share" for name in models],
+                       [[c] + [f"{m['overhead'][c]['mean_ms']['total']:.1f}, {m['overhead'][c]['engine_share']:.1%}"
+                               for m in models.values()] for c in configs])
+    proj = entry["projection"]
+    taus = proj["results"]
+    projected = t.markdown(
+        ["method", f"tau ({proj['label']})"] + [f"{name}: step ms, projected x `ar`" for name in models],
+        [[f"`{method}`", t.tau(taus[method]["tau"])]
+         + [f"{m['overhead'][c]['mean_ms']['total']:.1f}, "
+            f"{t.ratio(taus[method]['tau'] * m['curve_ms']['1'] / m['overhead'][c]['mean_ms']['total'])}"
+            for m in models.values()] for method, c in proj["methods"].items()])
+    lines = ["Mask builders at BC = 60 (median us, efficient / naive): " + "; ".join(
+        f"{name} {b['efficient']:.0f} / {b['naive']:.0f}" for name, b in costs["builders_us"].items()) + "."]
+    if syncs:
+        lines.append(f"Host syncs per step ({syncs['model']}, timings off / on): " + "; ".join(
+            f"`{m}` {r['total_mean_untimed']:.3g} / {r['total_mean']:.3g}" for m, r in syncs["methods"].items()) + ".")
+    if batch:
+        rows = batch["batch"]
+        lines.append(f"Batches of {rows[0]['batch']} ({batch['tokens']} tokens): rows equal to each prompt alone: "
+                     + ", ".join(f"`{r['method']}` {r['same_as_alone']}/{r['batch']}" for r in rows)
+                     + "; `model.generate(custom_generate=...)` equal to `generate()`: "
+                     + ", ".join(f"`{c['method']}` {'yes' if c['equal_to_generate'] else 'NO'}" for c in batch["custom_generate"])
+                     + ".")
+        v = batch.get("views")
+        if v:
+            lines.append(f"The app's views (`{v['spec']}`, {v['dtype']}, median of {v['rounds']} interleaved rounds): "
+                         f"{v['ms_per_step']['app views']:.1f} against {v['ms_per_step']['no views']:.1f} ms per step "
+                         f"without them, {v['ratio']:.2f}x.")
+    return "\n\n".join([curve, steps, projected, *lines])
+
+
+def paper_section(entry: dict, data: list[dict]) -> str:
+    """The paper's ablations (esp.bench.paper): per model (entry["models"]), its timed run and its lens run."""
+    return paper.section([(m["label"], data[2 * i], data[2 * i + 1]) for i, m in enumerate(entry["models"])])
+
+
 def figure_block(entry: dict, data: list[dict]) -> str:
     """Overall tau per method and model as text bars (a fenced block: the same on GitHub, in a terminal, in a diff)."""
     return "```\n" + t.figure({t.run_label(d): d["results"] for d in data}, entry["methods"], overall=True) + "\n```"
 
 
+def views_table(entry: dict, data: list[dict]) -> str:
+    """`esp.bench views` files, a row per model: esp.decode with views on and off (medians of interleaved rounds)."""
+    rows = [[d["model"], f"`{d['method']}`", str(d["max_new_tokens"]), str(d["rounds"]), f"{d['median_off']:.2f}",
+             f"{d['median_on']:.2f}", t.ratio(d["ratio"]), "yes" if d["same_tokens"] else "no"] for d in data]
+    return t.markdown(["model", "method", "tokens", "rounds", "`views=False` (s)", "`views=True` (s)", "on / off",
+                       "same tokens"], rows)
+
+
+def class_table(entry: dict, data: list[dict]) -> str:
+    """`scripts.class_run` files, a row per run of the class: runs served, the slowest and the median from pressing
+    Run to the last update, places told, whether each page holds every step of its run (the player scrubs them in
+    the browser); and one run through the app against esp.decode(views=True)."""
+    rows = []
+    for d in data:
+        vs = d.get("app_vs_engine")
+        rows.append([str(d["students"]), str(d["max_new_tokens"]), f"{d['served']} / {len(d['failed'])}",
+                     f"{d['slowest_s']:.1f}", f"{d['median_s']:.1f}", str(d["told_place"]),
+                     "all" if d["all_scrubbed"] else "not all",
+                     f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}" if vs else ""])
+    return t.markdown(["sessions", "tokens", "served / refused or failed", "slowest (s)", "median (s)",
+                       "told their place", "every step held to scrub", "one run: app / `esp.decode(views=True)` (s)"], rows)
+
+
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
-         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table}
+         "first_call": first_call_table, "ablation": ablation_table, "figure": figure_block, "lens": lens_table,
+         "gpu": gpu_table, "views": views_table, "class": class_table,
+         "paper": paper_section}
 
 
 def files_of(entry: dict) -> list[str]:
-    return [f for m in entry["models"] for f in m["files"]] if entry["kind"] == "ablation" else entry["files"]
+    """The files a table reads: its own, or each model's in turn (the kinds with a row or a column per model)."""
+    return [f for m in entry["models"] for f in m["files"]] if "models" in entry else entry["files"]
 
 
 def section(entry: dict, manifest: dict, root: Path) -> tuple[str, str]:
     """(the table's machine class, its section: heading, command, table, sources and note)."""
     data = [load(f, root) for f in files_of(entry)]
     head, command, isa = heading(entry, manifest, data)
-    sources = ", ".join(f"[{f}](results/{f})" for f in files_of(entry))
+    cited = files_of(entry)
+    if "projection" in entry:  # a figure from another machine's run that the table reads (its tau), not its own
+        proj = entry["projection"]
+        entry = {**entry, "projection": {**proj, "results": load(proj["file"], root)["results"]}}
+        cited = [*cited, proj["file"]]
+    sources = ", ".join(f"[{f}](results/{f})" for f in cited)
     parts = [head, "", "```\n" + command + "\n```", "", KINDS[entry["kind"]](entry, data), "", f"From {sources}."]
     if entry.get("note"):
         parts[-1] += " " + entry["note"]

@@ -28,12 +28,15 @@ from typing import Callable
 
 import esp.bench.batch as batch
 import esp.bench.lens as lens
+import esp.bench.nodes as nodes
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.bench.commands import listing
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
 from esp.budget.cost import CostCurve, curve_for, sweep
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
+from esp.decoding.layout import BUILDERS
+from esp.errors import ESPError
 from esp.methods import build, parse
 from esp.bench.oracle import oracle_width, price
 from esp.bench.provenance import provenance
@@ -227,10 +230,11 @@ def converse(lm, turns: list[str], one: Callable[[list[int]], Turn]) -> list[Tur
     return out
 
 
-def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace) -> Turn:
-    """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end)."""
-    return Turn.of(lm, Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, trace_mask=False, align=a.align,
-                               timings=False, lens=a.lens).generate(ids))
+def engine_turn(lm, drafter: Drafter, ids: list[int], a: argparse.Namespace, builder: str = BUILDERS[0]) -> Turn:
+    """One turn through the engine, timed as a whole (no per-phase syncs: one sync at each end), its block masks
+    made by `builder` (esp.decoding.layout)."""
+    return Turn.of(lm, Decoder(lm, drafter, max_new_tokens=a.max_new_tokens, layouts=builder, trace_mask=False,
+                               align=a.align, timings=False, lens=a.lens).generate(ids))
 
 
 def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
@@ -256,8 +260,10 @@ def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[in
     steps = [s for turn in turns for s in turn.run.steps]
     r.update(widths(steps))
     r["speculative_decoding"] = acceptance(steps)
+    r["nodes"] = nodes.kinds(steps)
     if align:
         r["align"] = alignment_sums(steps)
+        r["align_masks"] = alignment_masks(steps)
     if lensed:
         r["lens"] = lens.lens_ranks(steps)
     if t is not None:
@@ -316,6 +322,17 @@ def alignment_sums(steps: list[StepTrace]) -> dict:
             prev = out[f"{key}_sum"]
             out[f"{key}_sum"] = list(al.cos) if prev is None else [x + y for x, y in zip(prev, al.cos)]
             out[f"{key}_n"] += 1
+    return out
+
+
+def alignment_masks(steps: list[StepTrace]) -> dict[str, list[list[list[float]]]]:
+    """Per resolved mask, its per-layer [mean-centred, raw] cosines to the real token (4 decimals), accepted and
+    rejected apart: what a band over masks needs (the sums above give the means alone)."""
+    out: dict[str, list] = {"accepted": [], "rejected": []}
+    for st in steps:
+        for al in st.alignment or []:
+            out["accepted" if al.accepted else "rejected"].append(
+                [[round(c, 4) for c in al.cos], [round(c, 4) for c in al.cos_raw]])
     return out
 
 
@@ -379,18 +396,35 @@ def protocol_line(default: str, protocols: dict[str, str]) -> str:
 
 def protocol_of(spec: str, default: str) -> str:
     """A method's protocol: the start= its spec sets, else the run's --protocol."""
-    return parse(spec)[1].get("start", default)
+    return parse(split_builder(spec)[0])[1].get("start", default)
+
+
+BUILDER = "builder="  # a bench setting of any method's spec: the mask builder of its decoder
+
+
+def split_builder(spec: str) -> tuple[str, str]:
+    """'esp:k=2:bc=60:builder=naive' -> ('esp:k=2:bc=60', 'naive'): the method's own spec and the mask builder
+    its runs use (esp.decoding.layout; efficient unless the spec names one). The builder is the decoder's, not
+    the drafter's, so the bench takes it off before the method is built."""
+    parts = spec.split(":")
+    named = [p[len(BUILDER):] for p in parts if p.startswith(BUILDER)]
+    if len(named) > 1 or (named and named[0] not in BUILDERS):
+        raise ESPError(f"{spec}: builder= takes one of {', '.join(BUILDERS)}, once.")
+    return ":".join(p for p in parts if not p.startswith(BUILDER)), named[0] if named else BUILDERS[0]
 
 
 class Drafters:
     """Where a method's drafter for each generation comes from, as its protocol says. Cold: a fresh one
     every time. Hot: one per repeat, kept across the questions in order (so that no drafter sees a
-    question twice), built with start=hot for the methods that take it."""
+    question twice), built with start=hot for the methods that take it. `builder`: the mask builder its
+    decoder uses (a spec's `builder=`)."""
 
     def __init__(self, spec: str, defaults: dict, protocol: str, repeats: int):
-        self.spec, self.protocol, self.defaults = spec, protocol, {**defaults, "start": protocol}
+        self.spec, self.builder = split_builder(spec)
+        self.protocol, self.defaults = protocol, {**defaults, "start": protocol}
         self.kept = [self.fresh() for _ in range(repeats)] if protocol == HOT else None
-        self.description = (self.kept[0] if self.kept else self.fresh()).describe()
+        self.description = (self.kept[0] if self.kept else self.fresh()).describe() + (
+            f", {self.builder} mask builder" if self.builder != BUILDERS[0] else "")
 
     def fresh(self) -> Drafter:
         return build(self.spec, self.defaults)
@@ -421,9 +455,10 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
         for w in range(a.warmup if mine else 0):
             ids = lm.chat_ids(questions[mine[w % len(mine)]]["turns"][0])
             if d is None:
-                reference(lm, ids, min(32, a.max_new_tokens))
+                reference(lm, ids, min(a.warmup_tokens, a.max_new_tokens))
             else:
-                Decoder(lm, d, max_new_tokens=min(32, a.max_new_tokens), trace_mask=False, timings=False).generate(ids)
+                Decoder(lm, d, max_new_tokens=min(a.warmup_tokens, a.max_new_tokens), layouts=drafters[s].builder,
+                        trace_mask=False, timings=False).generate(ids)
     out = []
     with tqdm(total=len(mine) * len(names) * a.repeats, desc="bench", unit="gen", file=sys.stderr, disable=not shard.main) as bar:
         for i in mine:
@@ -436,7 +471,7 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
                         runs[s].append((record(q, s, turns, False), turns))
                     else:
                         turns = converse(lm, turns_of(q, a.turns),
-                                         lambda ids: engine_turn(lm, drafters[s].get(rep), ids, a))
+                                         lambda ids: engine_turn(lm, drafters[s].get(rep), ids, a, drafters[s].builder))
                         runs[s].append((record(q, s, turns, a.align, curve.predict, max(curve.q), a.by_position, a.lens), turns))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
@@ -514,7 +549,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
     p.add_argument("--methods", default="ar,esp",
-                   help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30")
+                   help="comma list of methods, each with optional settings: ar,pld,stand,lade:n=5:w=7:g=7,esp:k=2:bc=30; "
+                        "builder=naive on any of them builds its block masks the naive way (the paper's ablation)")
     p.add_argument("--per-category", type=int, default=None, help="first N questions of each category")
     p.add_argument("--ids", help="only the questions with these question_ids, comma-separated (e.g. 81,121)")
     add_model_args(p)
@@ -537,6 +573,8 @@ def parser() -> argparse.ArgumentParser:
                         "from (a stored curve, else a default shape); sweep, this machine's curve timed before the run "
                         "(a blocking sweep, kept for pricing only: the drafters still start from their prior)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    p.add_argument("--warmup-tokens", type=int, default=32,
+                   help="new tokens of each warm-up generation (at most --max-new-tokens)")
     p.add_argument("--repeats", type=int, default=1,
                    help="generations per question and method, interleaved; each keeps its run of median time")
     p.add_argument("--turns", choices=list(TURNS), default=ALL,
@@ -578,6 +616,8 @@ def _checked(a: argparse.Namespace) -> tuple[list[str], dict[str, "Drafters"], l
         require("plotly", "--html")
     if a.repeats < 1:
         fail("--repeats must be at least 1.")
+    if a.warmup_tokens < 1:
+        fail("--warmup-tokens must be at least 1.")
     if a.rounds < 1:
         fail("--rounds must be at least 1.")
     specs = [s.strip() for s in a.methods.split(",") if s.strip()]

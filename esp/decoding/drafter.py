@@ -76,6 +76,9 @@ class Forward:
     layers: tuple[torch.Tensor, ...] | None = None  # per layer (B, H), when alignment or the lens is on
     prefix_layers: tuple[torch.Tensor, ...] | None = None  # prefill only: layers of the prompt rows before the root
     block_logits: torch.Tensor | None = None  # (B, V) logits of every block row, when the proposal asked (head_all)
+    # Block rows whose logits the step has read already, and those logits: with the Mask Lens on, the masks at the
+    # path's end (its output layer), which a drafter would otherwise read with a call of its own.
+    read: tuple[list[int], torch.Tensor] | None = None
     seconds: float = 0.0  # the block's forward and its LM-head call (node rows, or every row under head_all)
     clock: Phases | None = None  # the step's phase timer: a drafter's LM-head call counts as model time
     # (rows, seconds) of forwards measured by now, for drafters that time them (Drafter.times_forward): this
@@ -104,6 +107,8 @@ class StepResult:
         f = self.forward
         if f.block_logits is not None:
             return f.block_logits[rows]
+        if f.read is not None and f.read[0] == rows:
+            return f.read[1]
         if f.clock is None:
             return lm.head(f.hidden[rows])
         with f.clock.within("forward"):

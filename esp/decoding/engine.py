@@ -191,6 +191,12 @@ class Run:
         clock("verify")
         forward = self._forward(hidden, layers, logits, timed)
         res, top2 = self._verify(logits[: self.lay.n_nodes], forward, commit, top)
+        read = None
+        if self.lens is not None:
+            with clock.within("trace"):
+                read = self.lens.read(res.layout, res.path, forward.layers)
+            if read is not None:
+                forward.read = read[0], read[1][-1]  # the masks' own logits: the lens's output layer
         notes = dec.drafter.observe(ctx, res)
         clock("trace")
         self.produced += len(res.emitted)
@@ -198,7 +204,7 @@ class Run:
         trace = step_trace(dec.lm, dec.drafter, res, step=ctx.step, past=self.past, notes=notes, prefill=lead > 0,
                            top2=top2[: len(res.emitted)], trace_mask=dec.trace_mask)
         if self.lens is not None:
-            self._look(trace, res)
+            self._look(trace, res, read)
         trace.timings = clock.done()
         self.past += lead + len(res.path)
         self.pending = [res.bonus]
@@ -238,14 +244,15 @@ class Run:
                 break
         return out
 
-    def _look(self, trace: StepTrace, res: StepResult) -> None:
-        """The verifier's eye and the Mask Lens, into the step's trace (lens on)."""
+    def _look(self, trace: StepTrace, res: StepResult, read: tuple[list[int], torch.Tensor] | None) -> None:
+        """The verifier's eye and the Mask Lens (`read`: the lens logits of the masks at the path's end), into
+        the step's trace (lens on)."""
         seen = eye(res.proposal.tree, res.node_logits, res.path, self.dec.sampling)
         trace.eye = seen.rows[: len(res.emitted)]
         for node, rank, p in zip(trace.nodes[1:], seen.ranks, seen.probs):
             node.target_rank, node.target_p = rank, p
-        trace.lens, trace.lens_real = self.lens.step(self.ctx.step, res.root_pos, res.layout, res.path,
-                                                     res.forward.layers, res.emitted, trace.emitted_text)
+        trace.lens, trace.lens_real = self.lens.step(self.ctx.step, res.root_pos, res.layout, res.path, read,
+                                                     res.emitted, trace.emitted_text)
 
 
 def lead_mask(lay: Layout, lead: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from esp.device import read_all
 from esp.trace import AlignmentTrace
 
 
@@ -32,17 +33,24 @@ class AlignmentTracker:
         self.accepted_after[step] = n_accepted
 
     def resolve(self) -> list[AlignmentTrace]:
+        """The waiting masks whose real token and next step have come, each with its per-layer cosines (all of
+        them in two tensor calls and one host read)."""
         done, left = [], []
         for step, j, p, s in self.waiting:
             if p in self.real and step in self.accepted_after:
-                real = self.real[p]
-                raw = torch.cosine_similarity(s.float(), real.float(), dim=-1)
-                cen = torch.cosine_similarity((s - self.center).float(), (real - self.center).float(), dim=-1)
-                ok = self.accepted_after[step] >= j
-                done.append(AlignmentTrace(step, j, p, ok, cen.tolist(), raw.tolist()))
+                done.append((step, j, p, s))
             else:
                 left.append((step, j, p, s))
+        out = []
+        if done:
+            masks = torch.stack([s for *_, s in done])  # (n, L+1, H)
+            real = torch.stack([self.real[p] for _, _, p, _ in done])
+            raw, cen = read_all([torch.cosine_similarity(masks.float(), real.float(), dim=-1),
+                                 torch.cosine_similarity((masks - self.center).float(), (real - self.center).float(),
+                                                         dim=-1)])
+            out = [AlignmentTrace(step, j, p, self.accepted_after[step] >= j, c, r)
+                   for (step, j, p, _), c, r in zip(done, cen, raw)]
         self.waiting = left
         low = min((p for _, _, p, _ in left), default=None)
         self.real = {p: s for p, s in self.real.items() if low is not None and p >= low}
-        return done
+        return out

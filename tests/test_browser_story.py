@@ -1,0 +1,288 @@
+"""The first minute in the lecture file, in a real browser (Debian's chromium through Playwright; issue 47), from
+a shipped trace with no model and no network: the story's pages turn and light the views they name; predict mode
+hides the verdict, takes marks by mouse and by keyboard alone, and scores them (the player's own espScore)
+against the step's verdict; axe-core finds no serious or critical violation, light and dark; on a phone the story
+and the tree open on the first screen. Timeouts are hang guards, never assertions."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from components.common import accepted_nodes
+from components.export import read_trace_json
+from components.lecture import write_lecture
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
+ROOT = Path(__file__).resolve().parents[1]
+OPENING = ROOT / "assets" / "trace_qwen15.json"
+HANG_MS = 30_000
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return read_trace_json(OPENING)
+
+
+@pytest.fixture(scope="module")
+def lecture(run, tmp_path_factory):
+    meta, steps = run
+    return write_lecture(steps, meta, tmp_path_factory.mktemp("lecture") / "lecture.html")
+
+
+def opened(browser, lecture, **context):
+    """The lecture file in a new offline page, once the player has drawn its first step."""
+    from playwright.sync_api import expect
+
+    ctx = browser.new_context(**{"viewport": {"width": 1440, "height": 900}, **context})
+    ctx.set_offline(True)
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(lecture.as_uri())
+    expect(page.locator("[data-figure=tree] .main-svg").first).to_be_visible(timeout=HANG_MS)
+    page.errors = errors
+    return page
+
+
+def test_the_story_turns_its_pages_and_lights_what_each_names(browser, lecture, run):
+    from playwright.sync_api import expect
+
+    from components.story import story
+
+    meta, steps = run
+    told = story(steps, meta)
+    page = opened(browser, lecture)
+    expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")  # opens on it
+    boxes = {"tree": "[data-figure=tree]", "mask": "[data-figure=mask]", "eye": "[data-figure=eye]", "text": "#text", "lens": "[data-figure=lens]"}
+    seen = []
+    for n, phase in enumerate(told["phases"]):
+        if n:
+            page.locator("#story-next").click()
+        expect(page.locator("#story-text")).to_have_text(phase["text"])
+        text = page.locator("#story").inner_text()
+        assert phase["name"] in text and text not in seen
+        seen.append(text)
+        lit = page.locator(".esp-spotlight")
+        expect(lit).to_have_count(1)
+        assert lit.evaluate("(el, sel) => el.matches(sel)", boxes[phase["view"]])
+        expect(page.locator("#words")).to_be_hidden()  # the story tells this step; the step's words wait
+    assert len(seen) >= 4
+    assert page.locator("#story-next").get_attribute("aria-disabled") == "true"
+    expect(page.locator("#story-play")).to_be_visible()  # the last page offers the next action
+    page.locator("#story-back").click()
+    expect(page.locator("#story-text")).to_have_text(told["phases"][-2]["text"])
+    expect(page.locator("#story-play")).to_be_hidden()
+    page.locator("#story-next").click()
+    page.locator("#story-play").click()  # play the whole run: the story closes and the run plays from step 0
+    expect(page.locator("#story")).to_be_hidden()
+    expect(page.locator("#play")).to_have_text("Pause")
+    assert int(page.locator("#scrub").input_value()) < told["step"]  # from the start
+    page.locator("#play").click()
+    expect(page.locator(".esp-spotlight")).to_have_count(0)
+    page.locator("#story-open").click()
+    expect(page.locator("#story-text")).to_have_text(told["phases"][0]["text"])
+    expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")
+    assert page.errors == []
+    page.context.close()
+
+
+def _verdict_words(d: dict) -> list[str]:
+    return [next(n["word"] for n in d["nodes"] if n["i"] == i) for i in d["kept"]]
+
+
+def test_a_guess_is_scored_against_the_verdict(browser, lecture, run):
+    from playwright.sync_api import expect
+
+    from components.predict import predict_data
+
+    meta, steps = run
+    data = predict_data(steps, meta)["steps"]
+    page = opened(browser, lecture)
+    # The one scoring rule, the player's own: right, wrong, missed, exact.
+    score = page.evaluate("espScore([1, 4], [1, 9])")
+    assert score == {"right": [1], "wrong": [4], "missed": [9], "exact": False}
+    assert page.evaluate("espScore([9, 1], [1, 9])")["exact"] and page.evaluate("espScore([], [])")["exact"]
+    assert page.evaluate("espScore([], [3])") == {"right": [], "wrong": [], "missed": [3], "exact": False}
+
+    page.locator("#predict").click()
+    expect(page.locator("#predict-panel")).to_be_visible()
+    expect(page.locator("#step-label")).to_have_text(f"Step 1 of {len(steps) - 1}")  # from the story: the first drafts
+    expect(page.locator("[data-figure=tree]")).to_be_hidden()  # the verdict's views are veiled until the reveal
+    expect(page.locator("#alt-tree")).to_be_hidden()
+    for view in ("[data-figure=mask]", "[data-figure=eye]", "#text"):
+        assert page.locator(view).evaluate("el => getComputedStyle(el).visibility") == "hidden"
+    results = {}
+    # Step 1: mark the masks' favourite (rejected there); step 2: mark the kept draft; step 3: mark nothing.
+    plan = {1: max((n for n in data[1]["nodes"] if n["depth"] == 1), key=lambda n: n["cum"])["i"],
+            2: data[2]["kept"][0], 3: None}
+    for i, mark in plan.items():
+        expect(page.locator("#step-label")).to_have_text(f"Step {i} of {len(steps) - 1}")
+        d = data[i]
+        shown = page.locator("#guess-tree .guess-node")
+        expect(shown).to_have_count(len(d["nodes"]) - 1)  # every fed draft, the root aside
+        if mark is not None:
+            page.locator(f'#guess-tree [data-node="{mark}"]').click()
+            expect(page.locator(f'#guess-tree [data-node="{mark}"]')).to_have_attribute("aria-pressed", "true")
+        page.locator("#reveal").click()
+        kept = set(d["kept"])
+        marked = {mark} - {None}
+        results[i] = (marked == kept, len(marked & kept), len(kept), len(marked - kept))
+        result = page.locator("#guess-result").inner_text()
+        assert result.startswith("Right!") == (marked == kept)
+        for w in _verdict_words(d):
+            assert f"“{w}”" in result
+        assert f"then its own “{d['own']}” ({d['kind']})" in result
+        for node in d["nodes"][1:]:  # each draft shows its verdict
+            cls = page.locator(f'#guess-tree [data-node="{node["i"]}"]').get_attribute("class")
+            assert ("kept" in cls.split()) == (node["i"] in kept) and ("lost" in cls.split()) == (node["i"] not in kept)
+        expect(page.locator("[data-figure=tree]")).to_be_visible()
+        hints = page.locator("#guess-hints li").all_inner_texts()
+        assert hints == d["hints"]
+        exact = sum(r[0] for r in results.values())
+        found, total, wrong = (sum(r[k] for r in results.values()) for k in (1, 2, 3))
+        expect(page.locator("#guess-score")).to_have_text(
+            f"Score: {exact} of {len(results)} steps exactly right · found {found} of {total} kept drafts · "
+            f"{wrong} wrong mark{'' if wrong == 1 else 's'}.")
+        page.locator("#guess-next").click()
+    assert results[2][0] and not results[1][0] and results[3][0] == (not data[3]["kept"])
+    page.locator("#prev").click()  # a step already guessed shows its verdict again, the score unchanged
+    expect(page.locator("#guess-result")).not_to_be_empty()
+    expect(page.locator("[data-figure=tree]")).to_be_visible()
+    assert page.errors == []
+    page.context.close()
+
+
+def test_story_and_predict_by_keyboard_alone(browser, lecture, run):
+    from playwright.sync_api import expect
+
+    from components.predict import predict_data
+    from components.story import story
+
+    meta, steps = run
+    told = story(steps, meta)
+    page = opened(browser, lecture)
+    kb = page.keyboard
+
+    def tab_to(elem_id: str, limit: int = 40) -> None:
+        for _ in range(limit):
+            kb.press("Tab")
+            if page.evaluate("document.activeElement && document.activeElement.id") == elem_id:
+                outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+                assert outline != "none", elem_id  # the focus shows
+                return
+        raise AssertionError(f"#{elem_id} is not reachable by Tab")
+
+    tab_to("story-next")
+    kb.press("Enter")
+    expect(page.locator("#story-text")).to_have_text(told["phases"][1]["text"])
+    kb.press("Space")  # Space presses the focused button (not the player's Play)
+    expect(page.locator("#story-text")).to_have_text(told["phases"][2]["text"])
+    expect(page.locator("#play")).to_have_text("Play")
+    kb.press("ArrowLeft")  # inside the story, the arrows turn its pages, not the player's steps
+    expect(page.locator("#story-text")).to_have_text(told["phases"][1]["text"])
+    expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")
+
+    tab_to("predict")
+    kb.press("Enter")
+    expect(page.locator("#step-label")).to_have_text(f"Step 1 of {len(steps) - 1}")
+    d = predict_data(steps, meta)["steps"][1]
+    kept = d["kept"]
+    first = accepted_nodes(steps[1])[0]
+    nodes = [n for n in d["nodes"] if n["i"] != 0]
+    for _ in range(40):  # the tree is one tab stop: its current draft takes the focus
+        kb.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('guess-node')"):
+            break
+    assert page.evaluate("document.activeElement.dataset.node") == str(nodes[0]["i"])
+    for _ in range(nodes.index(next(n for n in nodes if n["i"] == first.index))):
+        kb.press("ArrowRight")
+    assert page.evaluate("document.activeElement.dataset.node") == str(first.index)
+    kb.press("Space")
+    expect(page.locator(f'#guess-tree [data-node="{first.index}"]')).to_have_attribute("aria-pressed", "true")
+    assert page.evaluate("document.activeElement.dataset.node") == str(first.index)  # the focus stays on it
+    expect(page.locator("#step-label")).to_have_text(f"Step 1 of {len(steps) - 1}")  # no step moved meanwhile
+    tab_to("reveal")
+    kb.press("Enter")
+    expect(page.locator("#guess-result")).to_contain_text("Right!" if [first.index] == kept else "The verifier")
+    assert page.evaluate("document.activeElement.id") == "guess-next"  # next, the following step
+    kb.press("Enter")
+    expect(page.locator("#step-label")).to_have_text(f"Step 2 of {len(steps) - 1}")
+    assert page.errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_violation_in_the_lecture(browser, lecture, scheme):
+    from axe_playwright_python.sync_playwright import Axe
+
+    page = opened(browser, lecture, color_scheme=scheme)
+    assert page.evaluate("document.body.classList.contains('dark')") == (scheme == "dark")
+    found = {}
+    for state in ("story", "predict", "revealed"):
+        if state == "predict":
+            page.locator("#predict").click()
+            page.locator("#guess-tree .guess-node").first.click()
+        if state == "revealed":
+            page.locator("#reveal").click()
+        violations = Axe().run(page).response["violations"]
+        found[state] = [(v["id"], [n["target"] for n in v["nodes"]]) for v in violations
+                        if v["impact"] in ("serious", "critical")]
+    assert found == {"story": [], "predict": [], "revealed": []}
+    page.context.close()
+
+
+def test_motion_waits_for_the_reader_who_asks_for_less(browser, lecture):
+    page = opened(browser, lecture, reduced_motion="reduce")
+    lit = page.locator(".esp-spotlight")
+    assert lit.evaluate("el => getComputedStyle(el).transitionDuration") == "0s"
+    page.context.close()
+    page = opened(browser, lecture, reduced_motion="no-preference")
+    assert page.locator(".esp-spotlight").evaluate("el => getComputedStyle(el).transitionDuration") != "0s"
+    page.context.close()
+
+
+def test_on_a_phone_the_story_and_its_tree_open_on_the_first_screen(browser, lecture):
+    from playwright.sync_api import expect
+
+    page = opened(browser, lecture, viewport=PHONE)
+    page.wait_for_timeout(300)  # Plotly sizes its figures to the column
+    assert page.evaluate("window.scrollY") == 0
+    for sel in ("#story", "#story-next", "#predict", "[data-figure=tree] .scatterlayer"):
+        box = page.locator(sel).first.bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= PHONE["height"], (sel, box)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # no sideways scrolling
+    expect(page.locator("#story-text")).not_to_be_empty()
+    page.context.close()
+
+
+def test_a_crafted_trace_stays_text_in_the_story_and_the_guesses(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from components.lecture import write_lecture as write
+
+    script = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    data = json.loads(OPENING.read_text())
+    for step in data["steps"]:
+        for node in step["nodes"]:
+            node["text"] = script
+        step["emitted_text"] = [script] * len(step["emitted"])
+    (tmp_path / "crafted.json").write_text(json.dumps(data))
+    meta, steps = read_trace_json(tmp_path / "crafted.json")
+    page = opened(browser, write(steps, meta, tmp_path / "lecture.html"))
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    expect(page.locator("#story-text")).to_contain_text(script.strip())
+    page.locator("#predict").click()
+    expect(page.locator("#guess-tree .guess-node").first).to_contain_text(script.replace(" ", "␣"))
+    page.locator("#reveal").click()
+    expect(page.locator("#guess-result")).to_contain_text(script)
+    assert page.evaluate("window.pwned") is None and dialogs == [] and page.errors == []
+    assert page.locator("#story img, #predict-panel img, #predict-panel script, .esp-sr img").count() == 0
+    assert re.search(r"<img src=x", page.locator("#alt-tree").text_content())  # the description: text too
+    page.context.close()
