@@ -326,6 +326,22 @@ def test_padding_picks_a_wider_forward_only_where_it_costs_less():
     assert padded([1.9, 1.45, 1.55, 1.65], [False, False, True, True], hoped).tolist() == [1, 2, 3, 4]
 
 
+def test_a_width_is_hoped_for_at_most_explore_n_forwards_of_its_rows():
+    """A hope the curve cannot lose (9 rows between two cheap knots, a kernel's cliff the piecewise-linear curve
+    does not see; here a curve that learns nothing) pads three rows to nine at most EXPLORE_N times, then not."""
+    from esp.budget.cost import EXPLORE_N, GRID
+
+    t = {1: 1.0, 2: 1.3, 3: 1.9, 4: 1.4, 5: 2.4, 6: 2.5, 8: 1.0, 10: 1.0, 12: 3.0}
+    planner = BatchPadding()
+    planner.curve = CostCurve(list(GRID), [t.get(q, 3.0 + q / 10) for q in GRID], rate=0.0,
+                              n=[4.0 if q <= 4 else 0.0 for q in GRID])
+    fed = []
+    for _ in range(6):
+        fed.append(planner.rows(3, 1))
+        planner.observe(1, fed[-1], [1, 1, 1], 2.5, [(3 * fed[-1], 2.5)])
+    assert fed == [3] * int(EXPLORE_N) + [1] * (6 - int(EXPLORE_N)), fed
+
+
 def test_a_plain_batch_on_a_shipped_shape_unlike_its_machine_learns_to_feed_one_row_per_sequence(tiny_lm,
                                                                                                    monkeypatch):
     """Two `ar` rows on the AMD AVX512 shape, where two rows a sequence look cheaper than one, on a machine where

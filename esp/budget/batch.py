@@ -8,11 +8,12 @@ returned by a drafter's `batch_planner()`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from esp.budget.cost import CostCurve, curve_for, padded
+from esp.budget.cost import EXPLORE_N, CostCurve, curve_for, padded
 from esp.budget.width import Backoff
 from esp.decoding.drafter import Budget, Context, Drafter, Offer
 
@@ -35,10 +36,14 @@ class BatchPadding:
     4 to 3 is best fed 6 there; a static batch whose rows end early falls to such widths). The curve is the
     machine's prior (`curve_for`), learned from the batch's own forwards; a width is padded only once it is measured,
     to a measured one or to one the curve's exploration price says may cost less (then measured too), so a plain
-    step is fed as batched greedy decoding feeds it until a wider forward is measured, or hoped, to cost less."""
+    step is fed as batched greedy decoding feeds it until a wider forward is measured, or hoped, to cost less. A
+    width is hoped for at most EXPLORE_N forwards of its exact rows: the curve is piecewise linear between its knots
+    and a kernel's cliff at one row count is not (on AVX2 kernels 9 rows cost twice 8 or 12, and the hope at 9 rows,
+    between two cheap knots, stayed until its samples had moved both: ten 9-row steps in a 96-token batch)."""
 
     def __init__(self):
         self.curve: CostCurve | None = None
+        self.tried: Counter[int] = Counter()  # forwards measured at each exact row count
 
     def plan(self, drafters: list[Drafter], ctxs: list[Context], refill: bool = False) -> list[Budget] | None:
         """None: each row proposes its own block."""
@@ -54,13 +59,15 @@ class BatchPadding:
         if not trusted[q - 1]:  # q rows not measured yet: nothing to pad from (the first steps at a batch size)
             return q
         curve = self.curve
-        return int(padded(curve.table(batch * top)[at], trusted, curve.table(batch * top, explore=True)[at])[q - 1])
+        hoped = np.where([self.tried[r] < EXPLORE_N for r in at], curve.table(batch * top, explore=True)[at], np.inf)
+        return int(padded(curve.table(batch * top)[at], trusted, hoped)[q - 1])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, its rows emitting
         `tokens` in `seconds`; `timed`: the (rows, seconds) of its forwards measured by now."""
         for rows, secs in timed:
             self.curve.observe(rows, secs)
+            self.tried[rows] += 1
 
 
 class BatchWidth(BatchPadding):
