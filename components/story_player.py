@@ -421,6 +421,8 @@ function espFirstMinute(root, run, opts) {
     else if (story.open) tell(false);
     if (guess.on) showGuess();
   });
-  if (STORY) root.classList.add("esp-story-on");
+  // The player may have shown its first step before this listened: the story's step is shown now (a player with
+  // no step yet shows it from its first, through the listener above).
+  if (STORY) { root.classList.add("esp-story-on"); root.espShow(STORY.step); }
 }
 """

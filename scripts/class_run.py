@@ -10,7 +10,8 @@ ESP, k=2, BC=30; the page's example prompts in turn) one after another, and chec
 of their run to scrub (the player scrubs in the browser, issue 46). It reports, per run, the seconds from pressing
 Run to its last update, the slowest and the median, and the runs refused or failed. With --app-vs-engine N: N
 interleaved rounds, on the idle server, of one run through the app (gradio_client, to its last update) and the same
-prompt through `esp.decode(..., views=True)` in this process (issue 48's bar: at most 1.10x).
+prompt through `esp.decode(..., views=True)` in this process, with the server's torch threads and with every core
+(issue 48's bar: at most 1.10x).
 """
 from __future__ import annotations
 
@@ -81,26 +82,39 @@ def the_class(url: str, students: int, tokens: int, timeout: float) -> list[dict
 
 
 def app_vs_engine(url: str, rounds: int, tokens: int) -> dict:
-    """Interleaved rounds of one run through the app and the same call to esp.decode(views=True) here."""
+    """Interleaved rounds of one run through the app and the same call to esp.decode(views=True) here, with the
+    server's torch threads (LIMITS.threads: it leaves a core to the web server) and with every core."""
+    import torch
+
     import esp
     from esp.models.loader import load
+    from explorer.requests import LIMITS
 
     lm = load()
     prompt = prompts()[6]
     client = Client(url, verbose=False, headers={"X-Forwarded-For": "203.0.113.9"})
-    app, engine = [], []
-    for _ in range(rounds + 1):  # the first round warms both
+    every = torch.get_num_threads()
+    times: dict[str, list[float]] = {"app": [], "engine": [], "engine_every_core": []}
+
+    def timed(key: str, call) -> None:
         t = time.monotonic()
-        client.predict(prompt=prompt, max_new_tokens=tokens, api_name="/generate", **DEFAULTS)
-        app.append(time.monotonic() - t)
-        t = time.monotonic()
+        call()
+        times[key].append(time.monotonic() - t)
+
+    def engine() -> None:
         esp.decode(lm.model, lm.tokenizer, prompt, method="esp:k=2:bc=30:lam=0.1", max_new_tokens=tokens, views=True)
-        engine.append(time.monotonic() - t)
+
+    for _ in range(rounds + 1):  # the first round warms each
+        timed("app", lambda: client.predict(prompt=prompt, max_new_tokens=tokens, api_name="/generate", **DEFAULTS))
+        torch.set_num_threads(LIMITS.threads)
+        timed("engine", engine)
+        torch.set_num_threads(every)
+        timed("engine_every_core", engine)
     client.close()
-    app, engine = app[1:], engine[1:]
-    return {"rounds": rounds, "app_s": app, "engine_s": engine, "app_median": statistics.median(app),
-            "engine_median": statistics.median(engine),
-            "ratio": statistics.median(app) / statistics.median(engine)}
+    med = {k: statistics.median(v[1:]) for k, v in times.items()}
+    return {"rounds": rounds, "threads": LIMITS.threads, "cores": every, **{f"{k}_s": v[1:] for k, v in times.items()},
+            **{f"{k}_median": m for k, m in med.items()}, "ratio": med["app"] / med["engine"],
+            "ratio_every_core": med["app"] / med["engine_every_core"]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,8 +152,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{out['slowest_s'] or 0:.1f} s, median {out['median_s'] or 0:.1f} s from pressing Run; {out['told_place']} "
           f"told their place; every page holds its run's steps to scrub: {out['all_scrubbed']}")
     if vs:
-        print(f"one run through the app {vs['app_median']:.2f} s, esp.decode(views=True) {vs['engine_median']:.2f} s "
-              f"(medians of {vs['rounds']}): {vs['ratio']:.3f}x")
+        print(f"one run through the app {vs['app_median']:.2f} s, esp.decode(views=True) with the server's "
+              f"{vs['threads']} torch thread(s) {vs['engine_median']:.2f} s: {vs['ratio']:.3f}x; with all "
+              f"{vs['cores']} cores {vs['engine_every_core_median']:.2f} s: {vs['ratio_every_core']:.3f}x "
+              f"(medians of {vs['rounds']})")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
 

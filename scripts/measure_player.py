@@ -117,12 +117,12 @@ def measure_keys(browser, url: str) -> dict:
 
 
 def steps_played(page, seconds: float = 3.0) -> tuple[int, str]:
-    """Steps moved in `seconds` of Play from step 1, and the play row's words meanwhile."""
+    """Steps moved in `seconds` of Play from step 1, and what the pace note says meanwhile."""
     first = step_of(page.locator(TITLE).first.text_content())
     page.locator("#play").click()
     page.wait_for_timeout(seconds * 1000)
     moved = step_of(page.locator(TITLE).first.text_content()) - first
-    said = page.locator("#play-row").first.inner_text() if page.locator("#play-row").count() else ""
+    said = page.locator("#pace").first.inner_text()  # empty while Play holds its pace
     page.locator("#play").click()  # pause
     return moved, said
 
@@ -221,7 +221,7 @@ def main(which: list[str]) -> None:
                           f"{r['requests']} API requests meanwhile")
                 if "play" in which:
                     for speed, (moved, said) in measure_play(browser, url).items():
-                        print(f"Play at {speed} steps/s: {moved} steps in 3 s; play row says {said!r}")
+                        print(f"Play at {speed} steps/s: {moved} steps in 3 s; the pace note says {said!r}")
                 if "stop" in which:
                     print(f"Stop during a BC=60, 512-token run: {measure_stop(browser, url)}")
             finally:

@@ -178,7 +178,9 @@ def test_generate_through_the_client_answers_anything(client, name, value):
 def test_a_full_queue_answers_busy_in_one_line(lm, monkeypatch):
     import app
 
-    monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, queue_size=1))
+    # One run inside the server at a time (the model's line holds LIMITS.line_size), so that the second waits in
+    # Gradio's queue of one and the third finds it full.
+    monkeypatch.setattr(app, "LIMITS", dataclasses.replace(app.LIMITS, queue_size=1, line_size=1))
     with gpu_mode("local"):
         demo = app.queued(app.build_app())
         demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)

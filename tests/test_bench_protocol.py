@@ -129,7 +129,7 @@ def test_every_turn_runs_in_one_conversation_and_the_answer_files_are_spec_bench
     qs = _two_turn_and_one()
     prompts: list[list[int]] = []
     turn = bench.engine_turn
-    monkeypatch.setattr(bench, "engine_turn", lambda lm_, d, ids, a: prompts.append(ids) or turn(lm_, d, ids, a))
+    monkeypatch.setattr(bench, "engine_turn", lambda lm_, d, ids, a, *b: prompts.append(ids) or turn(lm_, d, ids, a, *b))
     out, answers = tmp_path / "r.json", tmp_path / "answers"
     bench.main(["--questions", _questions(tmp_path, qs), "--methods", "ar,pld", "--max-new-tokens", "12",
                 "--warmup", "0", "--json", str(out), "--answers", str(answers)])

@@ -263,9 +263,19 @@ def class_table(entry: dict, data: list[dict]) -> str:
         rows.append([str(d["students"]), str(d["max_new_tokens"]), f"{d['served']} / {len(d['failed'])}",
                      f"{d['slowest_s']:.1f}", f"{d['median_s']:.1f}", str(d["told_place"]),
                      "all" if d["all_scrubbed"] else "not all",
-                     f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}" if vs else ""])
+                     _app_vs_engine(vs)])
     return t.markdown(["sessions", "tokens", "served / refused or failed", "slowest (s)", "median (s)",
-                       "told their place", "every step held to scrub", "one run: app / `esp.decode(views=True)` (s)"], rows)
+                       "told their place", "every step held to scrub",
+                       "one run: app / `esp.decode(views=True)`, the server's threads; every core (s)"], rows)
+
+
+def _app_vs_engine(vs: dict | None) -> str:
+    if not vs:
+        return ""
+    said = f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}"
+    if "ratio_every_core" in vs:
+        said += f"; / {vs['engine_every_core_median']:.2f} = {t.ratio(vs['ratio_every_core'])}"
+    return said
 
 
 KINDS = {"bench": bench_table, "batch": batch_table, "per_prompt": per_prompt_table, "lossless": lossless_table,
