@@ -1,12 +1,20 @@
-"""Host-to-device copies that do not stall the host, device names that compare equal, and whether the CPU
-computes bfloat16 natively."""
+"""Host-to-device copies that do not stall the host, device names that compare equal, and what the CPU runs:
+its instruction-set class and whether it computes bfloat16 natively."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
 NATIVE = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 arithmetic in hardware
+# The instruction-set classes that decide what a forward of several rows costs on a CPU, best first, each with
+# the /proc/cpuinfo flag that makes it (AVX512-BF16 and AMX compute bfloat16 natively).
+CLASSES = (("AMX", "amx_bf16"), ("AVX512-BF16", "avx512_bf16"), ("AVX512", "avx512f"), ("AVX2", "avx2"))
+# What holds torch and its libraries below the CPU's instruction set for one process: ATen's own kernels (which
+# `torch.backends.cpu.get_cpu_capability()` reports), oneDNN's and MKL's. ATEN_CPU_CAPABILITY=avx2 (with the
+# others) on an AVX512 CPU approximates an AVX2 one: the process then counts as AVX2, emulated.
+HOLDS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def canonical(device: torch.device | str) -> torch.device:
@@ -50,9 +58,31 @@ def cpuinfo(field: str) -> str:
     return line.partition(":")[2].strip()
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is not there)."""
+def hardware_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where it is not there)."""
     return set(cpuinfo("flags").split())
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as this process's kernels use them: the hardware's, less AVX512 and AMX where
+    torch's kernels are held to AVX2 (`HOLDS`), so that such a process prices its forwards, picks its dtype and
+    names its class as an AVX2 machine would."""
+    flags = hardware_flags()
+    if cpu_capability() == "AVX2":
+        flags = {f for f in flags if not f.startswith(("avx512", "amx"))}
+    return flags
+
+
+def isa_class(flags: set[str] | None = None) -> str:
+    """The instruction-set class of a CPU with `flags` (default: this process's, `cpu_flags`): AMX, AVX512-BF16,
+    AVX512 or AVX2, "other" below AVX2 or off x86."""
+    flags = cpu_flags() if flags is None else flags
+    return next((name for name, flag in CLASSES if flag in flags), "other")
+
+
+def held() -> dict[str, str]:
+    """The `HOLDS` variables set for this process, as set."""
+    return {k: os.environ[k] for k in HOLDS if os.environ.get(k)}
 
 
 def cpu_vendor() -> str:

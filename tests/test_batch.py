@@ -317,32 +317,100 @@ def test_padding_picks_a_wider_forward_only_where_it_costs_less():
     assert padded([1.0, 1.2, 1.3, 1.4]).tolist() == [1, 2, 3, 4]  # a rising curve: never
     assert padded([1.0, 0.97]).tolist() == [1, 2]  # 3% cheaper: within PAD_GAIN, not worth rows nobody reads
     assert padded([2.0, 1.9, 1.9, 1.9, 1.9, 1.0]).tolist()[:2] == [1, 6]  # a width reaches at most 2 q + 2
-    # only from and to measured widths: a prior's dip this machine may lack pads nothing
+    # only from measured widths, to measured ones: a prior's dip this machine may lack pads nothing
     assert padded([1.9, 1.45, 1.55, 1.65], [False, True, True, True]).tolist() == [1, 2, 3, 4]
     assert padded([1.9, 1.45, 1.55, 1.65], [True, False, True, True]).tolist() == [3, 2, 3, 4]
+    # ... or to one hoped cheaper (the curve's exploration price), from a measured width only
+    hoped = [1.9, 1.3, 1.55, 1.65]
+    assert padded([1.9, 1.45, 1.55, 1.65], [True, False, True, True], hoped).tolist() == [2, 2, 3, 4]
+    assert padded([1.9, 1.45, 1.55, 1.65], [False, False, True, True], hoped).tolist() == [1, 2, 3, 4]
 
 
-def test_a_plain_batch_on_a_shipped_shape_is_fed_one_row_per_sequence(tiny_lm):
-    """Two `ar` rows on the AVX512 shape, where two rows a sequence look cheaper than one: nothing measured says
-    so, so every step feeds one row per sequence as batched greedy decoding does (padding on the prior, the
-    batch's samples at the padded width never corrected the one-row price: 1.6x a plain step on an Intel CPU)."""
+def test_a_width_is_hoped_for_at_most_explore_n_forwards_of_its_rows():
+    """A hope the curve cannot lose (9 rows between two cheap knots, a kernel's cliff the piecewise-linear curve
+    does not see; here a curve that learns nothing) pads three rows to nine at most EXPLORE_N times, then not."""
+    from esp.budget.cost import EXPLORE_N, GRID
+
+    t = {1: 1.0, 2: 1.3, 3: 1.9, 4: 1.4, 5: 2.4, 6: 2.5, 8: 1.0, 10: 1.0, 12: 3.0}
+    planner = BatchPadding()
+    planner.curve = CostCurve(list(GRID), [t.get(q, 3.0 + q / 10) for q in GRID], rate=0.0,
+                              n=[4.0 if q <= 4 else 0.0 for q in GRID])
+    fed = []
+    for _ in range(6):
+        fed.append(planner.rows(3, 1))
+        planner.observe(1, fed[-1], [1, 1, 1], 2.5, [(3 * fed[-1], 2.5)])
+    assert fed == [3] * int(EXPLORE_N) + [1] * (6 - int(EXPLORE_N)), fed
+
+
+def test_a_plain_batch_on_a_shipped_shape_unlike_its_machine_learns_to_feed_one_row_per_sequence(tiny_lm,
+                                                                                                   monkeypatch):
+    """Two `ar` rows on the AMD AVX512 shape, where two rows a sequence look cheaper than one, on a machine where
+    they cost 1.7 times as much (an Intel CPU's): one row a sequence is fed until it is measured, padding is tried
+    at most twice on the shape's word, measured dearer, and dropped (padding on the prior alone, from an unmeasured
+    width, once fed two rows each for good: 1.6x a plain step)."""
+    from types import SimpleNamespace
+
+    import esp.decoding.timer as timer
     from esp.budget import cost
 
     lm = tiny_lm("llama")
     planner = BatchPadding()
     planner.curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32-avx512"]), weight=cost.SHAPE_WEIGHT,
                               scaled=False)
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(timer, "time", SimpleNamespace(perf_counter=lambda: clock.now))
     prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
-    alone = [Decoder(lm, max_new_tokens=10).generate(p).tokens for p in prompts]
+    alone = [Decoder(lm, max_new_tokens=24).generate(p).tokens for p in prompts]
     fed = []
     forward = lm.forward
-    lm.forward = lambda embeds, *a, **k: fed.append(tuple(embeds.shape[:2])) or forward(embeds, *a, **k)
-    try:
-        got = BatchDecoder(lm, [build("ar") for _ in prompts], max_new_tokens=10, planner=planner).generate(prompts)
-    finally:
-        del lm.forward
+
+    def timed(embeds, *a, **k):
+        fed.append(tuple(embeds.shape[:2]))
+        clock.now += 0.05 * (1.0 if embeds.shape[1] == 1 else 1.7)
+        return forward(embeds, *a, **k)
+
+    monkeypatch.setattr(lm, "forward", timed)
+    got = BatchDecoder(lm, [build("ar") for _ in prompts], max_new_tokens=24, planner=planner).generate(prompts)
     assert [g.tokens for g in got] == alone
-    assert fed[0] == (2, 5) and fed[1:] == [(2, 1)] * 9, fed  # the prefill, then nine plain steps
+    assert fed[0] == (2, 5) and fed[1:3] == [(2, 1)] * 2, fed  # the prefill, then one row each until measured
+    assert fed.count((2, 2)) <= 2 and fed[-12:] == [(2, 1)] * 12, fed
+
+
+def test_a_static_batch_whose_rows_end_early_learns_to_pad_past_a_dip_its_prior_lacks(tiny_lm, monkeypatch):
+    """Four prompts, one ending early, on a machine where three rows cost more than six (an AMD CPU's float32
+    kernels) and a prior without that dip (the AVX2 shape): the three left are fed one row each until measured, then
+    two rows each (hoped cheaper, measured cheaper), and keep their tokens. Batched generate() keeps its finished
+    rows in the forward for that reason alone; a batch that could not learn this ran dearer than it."""
+    from types import SimpleNamespace
+
+    import esp.decoding.timer as timer
+    from esp.budget import cost
+
+    lm = tiny_lm("llama")
+    planner = BatchPadding()
+    planner.curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32"]), weight=cost.SHAPE_WEIGHT,
+                              scaled=False)
+    machine = CostCurve([1, 2, 3, 4, 6, 8, 12, 16], [1.0, 1.5, 1.9, 1.4, 1.45, 1.45, 1.7, 1.9], rate=0.0)
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(timer, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    fed = []
+    forward = lm.forward
+
+    def timed(embeds, *a, **k):
+        fed.append(tuple(embeds.shape[:2]))
+        clock.now += 0.05 * machine.predict(embeds.shape[0] * embeds.shape[1])
+        return forward(embeds, *a, **k)
+
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13], [21, 22, 23, 24], [31, 32]]
+    limits = [24, 4, 24, 24]
+    alone = [Decoder(lm, max_new_tokens=n).generate(p).tokens for p, n in zip(prompts, limits)]
+    monkeypatch.setattr(lm, "forward", timed)
+    decs = BatchDecoder(lm, [build("ar") for _ in prompts], max_new_tokens=24, planner=planner)
+    decs.rows[1].max_new_tokens = 4
+    got = decs.generate(prompts)
+    assert [g.tokens for g in got] == alone
+    three = [f for f in fed if f[0] == 3]
+    assert three[:2] == [(3, 1)] * 2 and three.count((3, 2)) >= len(three) // 2 and three[-6:] == [(3, 2)] * 6, fed
 
 
 def test_a_batch_whose_rows_fall_to_an_expensive_width_is_fed_padded_and_keeps_its_tokens(tiny_lm):

@@ -63,6 +63,25 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
     assert "Protocol: cold" in text and "| flat curve (rows free) |" in text
 
 
+@pytest.mark.model
+def test_the_oracle_is_priced_on_a_sweep_when_asked_and_the_drafters_still_start_from_their_prior(lm, tmp_path,
+                                                                                                  monkeypatch):
+    import esp.budget.cost as cost
+
+    swept = cost.CostCurve([1, 2, 4], [0.05, 0.09, 0.06])  # a machine whose 4 rows cost less than 2
+    monkeypatch.setattr(bench, "sweep", lambda model: (swept, {}))
+    monkeypatch.setenv("ESP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cost, "_CURVES", {})
+    out = tmp_path / "r.json"
+    qs = [q for q in spec_bench(1) if q["category"] == "translation"]
+    bench.main(["--questions", _questions(tmp_path, qs), "--methods", "ar,hybrid:bc=auto", "--max-new-tokens", "8",
+                "--warmup", "0", "--oracle-curve", "sweep", "--json", str(out)])
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["oracle_curve"] == "sweep" and meta["curve"] == swept.to_dict()
+    assert not (tmp_path / "cache" / "costs").exists()  # kept for pricing only: nothing stored for the drafters
+    assert all(not c.scaled for c in cost._CURVES.values())  # ... which started from the default shape
+
+
 def _forwards(path) -> list[tuple[int, int]]:
     return [(r["qid"], r["forwards"]) for r in json.loads(path.read_text())["records"] if r["method"] == "tr"]
 

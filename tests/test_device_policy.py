@@ -46,6 +46,27 @@ def test_auto_is_the_cuda_policy_there_and_float32_until_checked_on_a_cpu():
     assert dtype_policy("cpu", None, "llama", "auto") == torch.float32  # `load` then checks the model
 
 
+@pytest.mark.parametrize("flags, isa", [({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "AMX"),
+                                         ({"avx2", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
+                                         ({"avx2", "avx512f"}, "AVX512"), ({"avx2", "fma"}, "AVX2"), ({"neon"}, "other")])
+def test_a_cpu_s_instruction_set_class_comes_from_its_flags(flags, isa):
+    import esp.device
+
+    assert esp.device.isa_class(flags) == isa
+
+
+def test_a_process_held_to_avx2_counts_as_an_avx2_machine(monkeypatch):
+    """torch held to AVX2 (ATEN_CPU_CAPABILITY=avx2) on an AVX512-BF16 CPU: no native bfloat16, the AVX2 class."""
+    import esp.device
+
+    monkeypatch.setattr(esp.device, "hardware_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(esp.device, "cpu_capability", lambda: "AVX512")
+    assert esp.device.isa_class() == "AVX512-BF16" and esp.device.native_bf16()
+    monkeypatch.setattr(esp.device, "cpu_capability", lambda: "AVX2")
+    assert esp.device.isa_class() == "AVX2" and not esp.device.native_bf16()
+    assert esp.device.isa_class(esp.device.hardware_flags()) == "AVX512-BF16"
+
+
 @pytest.fixture
 def cpu(tmp_path, monkeypatch):
     """A CPU whose flags the test sets, with an empty cache; `checks` counts the timed checks."""

@@ -206,7 +206,7 @@ def test_the_report_renders_the_section_from_results_files(tmp_path):
     for name, data in {**files, "manifest.json": manifest}.items():
         (tmp_path / name).write_text(json.dumps(data))
     page = report.render(tmp_path)
-    assert "### The paper's ablations · C, 2 cores, avx512_bf16 · 2026-12-04 10:00:00 UTC" in page
+    assert "### The paper's ablations · C, 2 cores, class unknown (avx512_bf16) · 2026-12-04 10:00:00 UTC" in page
     assert "python -m esp.bench paper --methods" in page and "(a chunk)" not in page  # merged: the manifest's command
     lines = page.splitlines()
     arms = [x for x in lines if x.startswith("| ") and any(x.startswith(f"| {a.label} |") for a in paper.ARMS)]

@@ -27,7 +27,9 @@ def test_regenerated_benchmarks_equal_the_committed_page(tmp_path):
     with pytest.raises(SystemExit) as done:
         report.main(["--out", str(out), "--check"])
     assert done.value.code == 0
-    out.write_text(out.read_text().replace("1.53x", "1.63x"))
+    text = out.read_text()
+    figure = re.search(r"\b\d\.\d\dx", text).group()  # any measured figure, changed by a hundredth
+    out.write_text(text.replace(figure, f"{float(figure[:-1]) + 0.01:.2f}x", 1))
     with pytest.raises(SystemExit) as done:
         report.main(["--out", str(out), "--check"])
     assert done.value.code == 1
@@ -38,10 +40,11 @@ def test_the_page_is_short_names_its_command_and_every_table_its_machine_date_an
     assert len(lines) < 300 and report.COMMAND in "\n".join(lines[:5])
     manifest = json.loads((report.RESULTS / "manifest.json").read_text())
     heads = [i for i, line in enumerate(lines) if line.startswith("### ")]
-    assert len(heads) == len(manifest["tables"])
-    for i, entry in zip(heads, manifest["tables"]):
+    titles = [lines[i][4:].split(" · ")[0] for i in heads]  # grouped by machine class, the manifest's order within
+    assert sorted(titles) == sorted(entry["title"] for entry in manifest["tables"])
+    for i in heads:
         title, machine, date = lines[i][4:].split(" · ")
-        assert title == entry["title"] and "cores" in machine and re.match(r"20\d\d-\d\d-\d\d", date)
+        assert "cores" in machine and re.match(r"20\d\d-\d\d-\d\d", date)
         assert lines[i + 2] == "```" and lines[i + 3].startswith(("python ", "OMP_NUM_THREADS=1 python "))
 
 
@@ -79,15 +82,45 @@ def bench_file(made: dict | None) -> dict:
 
 def test_a_file_s_own_provenance_wins_over_the_manifest(tmp_path):
     old = results(tmp_path, {"a.json": bench_file(None)}, {})
-    assert "### t · Old CPU, 2 cores, flags not recorded · 2026-01-01" in old and "python -m esp.bench --old" in old
-    made = {"machine": {"cpu": "New CPU", "flags": ["avx2", "amx_bf16"], "cores": 16}, "date": "2026-12-03T10:00:00Z",
-            "command": "python -m esp.bench --new"}
+    assert "### t · Old CPU, 2 cores, class unknown (flags not recorded) · 2026-01-01" in old
+    assert "## Machine class unknown" in old and "python -m esp.bench --old" in old
+    made = {"machine": {"cpu": "New CPU", "flags": ["avx2", "amx_bf16"], "isa": "AMX", "emulated": False, "cores": 16},
+            "date": "2026-12-03T10:00:00Z", "command": "python -m esp.bench --new"}
     new = results(tmp_path, {"a.json": bench_file(made)}, {})
-    assert "### t · New CPU, 16 cores, avx2 amx_bf16 · 2026-12-03 10:00:00 UTC" in new
-    assert "python -m esp.bench --new" in new and "--old" not in new
+    assert "## AMX CPUs\n\n### t · New CPU, 16 cores, class AMX (avx2 amx_bf16) · 2026-12-03 10:00:00 UTC" in new
+    assert "python -m esp.bench --new" in new and "--old" not in new and "unknown" not in new
     other = {**made, "machine": {**made["machine"], "cpu": "Other CPU"}}
     with pytest.raises(ValueError, match="one machine per table"):
         results(tmp_path, {"a.json": bench_file(made), "b.json": bench_file(other)}, {})
+
+
+def test_a_table_s_machine_line_and_its_group_come_from_its_results_file(tmp_path, monkeypatch):
+    """The class a table is grouped under and named with is the one its file recorded: a run held to AVX2 on an
+    AVX512-BF16 CPU says it is emulated and what held it; files of two classes make two groups."""
+    import esp.bench.provenance as provenance
+    import esp.device
+
+    monkeypatch.setattr(esp.device, "hardware_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(provenance, "hardware_flags", esp.device.hardware_flags)
+    monkeypatch.setattr(esp.device, "cpu_capability", lambda: "AVX2")  # what ATEN_CPU_CAPABILITY=avx2 makes torch say
+    for hold in esp.device.HOLDS:
+        monkeypatch.delenv(hold, raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    made = provenance.provenance(["--x"])
+    assert made["machine"]["isa"] == "AVX2" and made["machine"]["emulated"]
+    assert made["machine"]["isa_hardware"] == "AVX512-BF16" and made["machine"]["held"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+    native = {**made, "machine": {**made["machine"], "isa": "AVX512-BF16", "emulated": False, "cpu": "Native CPU"}}
+    for name, data in {"a.json": bench_file(made), "b.json": bench_file(native)}.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    entry = {"kind": "bench", "date": "2026-01-01", "command": "python -m esp.bench --old", "machine": "old"}
+    manifest = {"machines": {"old": {"cpu": "Old CPU", "flags": None, "cores": 2}},
+                "tables": [{**entry, "title": "held", "files": ["a.json"]}, {**entry, "title": "native", "files": ["b.json"]}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    page = report.render(tmp_path)
+    held = next(line for line in page.splitlines() if line.startswith("### held"))
+    assert "class AVX2 (emulated) on an AVX512-BF16 CPU held by ATEN_CPU_CAPABILITY=avx2" in held
+    assert page.index("## AVX2 (emulated) CPUs") < page.index("### held") < page.index("## AVX512-BF16 CPUs") < page.index(
+        "### native")
 
 
 def test_a_run_on_a_shared_machine_keeps_its_tau_and_loses_its_timings(tmp_path):
@@ -101,7 +134,9 @@ def test_provenance_names_the_machine_the_date_and_the_command():
     made = provenance(["--questions", "q file.jsonl"], "python -m esp.bench")
     assert made["command"] == "python -m esp.bench --questions 'q file.jsonl'"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", made["date"])
-    assert {"cpu", "flags", "cores", "threads", "gpu", "python", "torch", "transformers"} <= set(made["machine"])
+    assert {"cpu", "flags", "isa", "emulated", "cores", "threads", "gpu", "python", "torch", "transformers"} <= set(
+        made["machine"])
+    assert made["machine"]["isa"] in ("AVX2", "AVX512", "AVX512-BF16", "AMX", "other")
 
 
 def test_the_verdict_command_s_file_makes_a_table(tmp_path):
@@ -111,7 +146,7 @@ def test_the_verdict_command_s_file_makes_a_table(tmp_path):
                "dtypes": {"bfloat16": {"verdicts": {"ar vs generate()": tally(2, 1, 1.0), "pld": tally(3, 0, 0.0),
                                                     "pld B=4": tally(1, 2, 2.0)}, "ok": True}}}
     page = results(tmp_path, {"v.json": verdict}, {"kind": "lossless"})
-    assert "### t · C, 2 cores, none of avx2, avx512f, avx512_bf16, amx_bf16 · 2026-12-03 00:00:00 UTC" in page
+    assert "### t · C, 2 cores, class unknown (none of avx2, avx512f, avx512_bf16, amx_bf16) · 2026-12-03 00:00:00 UTC" in page
     assert "| bfloat16 | `pld` | 3 / 0 / 0 | 0.0 | 1 / 2 / 0 | 2.0 |" in page and "batches of 4" in page
     assert "| bfloat16 | `ar vs generate()` | 2 / 1 / 0 | 1.0 |  |  |" in page
 

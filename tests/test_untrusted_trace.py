@@ -141,9 +141,10 @@ def _write(tmp_path: Path, data, name: str = "crafted.json") -> str:
     return str(path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def shown() -> Session:
-    """A session showing a shipped run: a refused trace must leave it exactly like this."""
+    """A session showing a shipped run: a refused trace must leave it exactly like this (one for the module: each
+    test compares it with itself before its own refusal, so a refusal that changed it fails there)."""
     session = Session()
     calls.open_shipped("trace_masks", session, 3)
     return session

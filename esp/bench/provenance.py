@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from esp.device import hardware_flags, held, isa_class
+
 # The CPU flags that change what a forward of several rows costs, in the order a reader ranks them.
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 PROG = "python -m esp.bench"
@@ -38,8 +40,16 @@ def machine() -> dict:
 
     name, flags = cpu()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"cpu": name, "flags": flags, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "gpu": gpu,
-            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+    return {"cpu": name, "flags": flags, **isa(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def isa() -> dict:
+    """The instruction-set class this process's kernels ran as (`esp.device.isa_class`) and whether it was emulated:
+    a process held below its CPU's class (`esp.device.HOLDS`) names the CPU's own class and the holds too."""
+    run, own = isa_class(), isa_class(hardware_flags())
+    return {"isa": run, "emulated": run != own} | ({"isa_hardware": own, "held": held()} if run != own else {})
 
 
 def command(argv: list[str] | None, prog: str = PROG) -> str:
@@ -52,10 +62,20 @@ def provenance(argv: list[str] | None, prog: str = PROG) -> dict:
     return {"machine": machine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command(argv, prog)}
 
 
+def isa_of(m: dict) -> str:
+    """A machine record's instruction-set class as a heading groups it: 'AVX2', 'AVX2 (emulated)' for a process
+    held below its CPU's class, 'unknown' where the record has none (a file from before the bench wrote it)."""
+    return "unknown" if not m.get("isa") else f"{m['isa']} (emulated)" if m.get("emulated") else m["isa"]
+
+
 def describe(m: dict) -> str:
-    """One line for a heading: 'Intel Xeon, 2 cores, avx2 avx512f avx512_bf16 amx_bf16' (a GPU named first;
-    flags None: not recorded)."""
+    """One line for a heading: 'Intel Xeon, 2 cores, AMX (avx2 avx512f avx512_bf16 amx_bf16)' (a GPU named first;
+    flags None: not recorded); an emulated class names the CPU's own class and what held it."""
     flags = m.get("flags")
     flags = "flags not recorded" if flags is None else " ".join(flags) or f"none of {', '.join(FLAGS)}"
-    where = f"{m['cpu']}, {m['cores']} cores, {flags}"
+    kind = f"class {isa_of(m)}"
+    if m.get("emulated"):
+        holds = " ".join(f"{k}={v}" for k, v in (m.get("held") or {}).items())
+        kind += f" on an {m.get('isa_hardware', 'unknown')} CPU held by {holds or 'nothing recorded'}"
+    where = f"{m['cpu']}, {m['cores']} cores, {kind} ({flags})"
     return f"{m['gpu']} (host: {where})" if m.get("gpu") else where

@@ -8,7 +8,8 @@ Which results are today's is docs/results/manifest.json: one entry per table, ne
 kind of table they make, the methods to show and a one-line note. A table names its machine (CPU, cores, the flags
 that decide what a wide block costs), its date and the command that made it: from the results file when the bench
 wrote them there (esp.bench.provenance, every run from now on), else from the manifest, which holds them as the
-page of the day stated them. One machine per table. A cell that is not a valid measurement is left blank
+page of the day stated them. One machine per table; the tables are grouped by their machine's instruction-set class
+(AVX2, AVX512, AVX512-BF16, AMX, an emulated class apart, "unknown" where the file does not say). A cell that is not a valid measurement is left blank
 (esp.bench.tables); the narrative, earlier runs and every investigation are in docs/history.md.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from esp.bench import paper
 from esp.bench import tables as t
-from esp.bench.provenance import describe
+from esp.bench.provenance import describe, isa_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
@@ -60,9 +61,10 @@ def made_of(data: dict) -> dict | None:
     return (data.get("meta") or {}).get("provenance") or data.get("provenance")
 
 
-def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str]:
-    """(the table's heading line, its command): machine and date from the files when they hold them (all alike),
-    else from the manifest."""
+def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str, str]:
+    """(the table's heading line, its command, its machine's instruction-set class): machine and date from the files
+    when they hold them (all alike), else from the manifest (whose machines' class is unknown: the pages of the day
+    did not record it)."""
     made = [m for m in map(made_of, data) if m]
     if made:
         machines = {json.dumps(m["machine"], sort_keys=True) for m in made}
@@ -76,7 +78,7 @@ def heading(entry: dict, manifest: dict, data: list[dict]) -> tuple[str, str]:
         command = entry["command"] if merged and entry.get("command") else "\n".join(dict.fromkeys(commands))
     else:
         machine, date, command = manifest["machines"][entry["machine"]], entry["date"], entry["command"]
-    return f"### {entry['title']} · {describe(machine)} · {date}", command
+    return f"### {entry['title']} · {describe(machine)} · {date}", command, isa_of(machine)
 
 
 def bench_table(entry: dict, data: list[dict]) -> str:
@@ -287,9 +289,10 @@ def files_of(entry: dict) -> list[str]:
     return [f for m in entry["models"] for f in m["files"]] if "models" in entry else entry["files"]
 
 
-def section(entry: dict, manifest: dict, root: Path) -> str:
+def section(entry: dict, manifest: dict, root: Path) -> tuple[str, str]:
+    """(the table's machine class, its section: heading, command, table, sources and note)."""
     data = [load(f, root) for f in files_of(entry)]
-    head, command = heading(entry, manifest, data)
+    head, command, isa = heading(entry, manifest, data)
     cited = files_of(entry)
     if "projection" in entry:  # a figure from another machine's run that the table reads (its tau), not its own
         proj = entry["projection"]
@@ -299,13 +302,27 @@ def section(entry: dict, manifest: dict, root: Path) -> str:
     parts = [head, "", "```\n" + command + "\n```", "", KINDS[entry["kind"]](entry, data), "", f"From {sources}."]
     if entry.get("note"):
         parts[-1] += " " + entry["note"]
-    return "\n".join(parts)
+    return isa, "\n".join(parts)
+
+
+def group_heading(isa: str) -> str:
+    """The heading over the tables of one instruction-set class (what a wide block costs turns on it)."""
+    if isa == "unknown":
+        return ("## Machine class unknown\n\nThese files do not record the CPU's instruction-set class (they predate "
+                "it); each heading gives the machine as the file or the page of the day stated it.")
+    return f"## {isa} CPUs"
 
 
 def render(root: Path = RESULTS) -> str:
-    """The whole page from the manifest and the results files under `root`."""
+    """The whole page from the manifest and the results files under `root`: the tables grouped by their machine's
+    instruction-set class, the classes in the order of their newest table, the manifest's order within each."""
     manifest = load("manifest.json", root)
-    return "\n\n".join([INTRO] + [section(e, manifest, root) for e in manifest["tables"]]) + "\n"
+    groups: dict[str, list[str]] = {}
+    for entry in manifest["tables"]:
+        isa, text = section(entry, manifest, root)
+        groups.setdefault(isa, []).append(text)
+    return "\n\n".join([INTRO] + [group_heading(isa) + "\n\n" + "\n\n".join(texts)
+                                  for isa, texts in groups.items()]) + "\n"
 
 
 def figures(text: str) -> set[str]:

@@ -32,7 +32,7 @@ import esp.bench.nodes as nodes
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.bench.commands import listing
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
-from esp.budget.cost import CostCurve, curve_for
+from esp.budget.cost import CostCurve, curve_for, sweep
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
 from esp.decoding.layout import BUILDERS
@@ -520,7 +520,7 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
                 "methods": {**{s: d.description for s, d in drafters.items()},
                             **({GENERATE: "transformers model.generate(do_sample=False)"} if a.reference else {})},
                 "protocol": a.protocol, "protocols": protocols, "oracle": ORACLE_NOTE,
-                "curve": curve.to_dict() if curve else None,
+                "curve": curve.to_dict() if curve else None, "oracle_curve": a.oracle_curve,
                 "max_new_tokens": a.max_new_tokens, "turns": a.turns, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
@@ -568,6 +568,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lens", action="store_true",
                    help="record the Mask Lens (raw logit lens of every mask at every layer) and report, per layer, the "
                         "rank of the real token for accepted against rejected masks (slower: off for timing runs)")
+    p.add_argument("--oracle-curve", choices=["prior", "sweep"], default="prior",
+                   help="the cost curve the oracle and every feed are priced on: prior, the one bc=auto drafters start "
+                        "from (a stored curve, else a default shape); sweep, this machine's curve timed before the run "
+                        "(a blocking sweep, kept for pricing only: the drafters still start from their prior)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--warmup-tokens", type=int, default=32,
                    help="new tokens of each warm-up generation (at most --max-new-tokens)")
@@ -581,6 +585,12 @@ def parser() -> argparse.ArgumentParser:
                         "a run started again with the same arguments resumes there")
     p.add_argument("--by-position", action="store_true",
                    help="also report tau and seconds per step by answer position (buckets of 128 tokens)")
+    add_batch_args(p)
+    return p
+
+
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    """The throughput options (--batch, --rounds, --static) and where the results go."""
     p.add_argument("--batch", metavar="B[,B...]",
                    help="throughput instead: the questions' first turns B at a time, in question order, every method "
                         "beside transformers' batched generate() at the same B (e.g. 1,4,16); tau stays per row")
@@ -594,7 +604,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the results (and per-question records) here")
     p.add_argument("--markdown", help="write the table as Markdown here")
     p.add_argument("--html", help="write a Plotly bar chart here")
-    return p
 
 
 def _checked(a: argparse.Namespace) -> tuple[list[str], dict[str, "Drafters"], list[dict]]:
@@ -653,8 +662,9 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
             folder = RunFolder(a.answers, model_slug(lm.name), names, run_arguments(a), shard.rank, shard.world)
             before = folder.open()
         # Every feed and the oracle are priced on this machine's curve as it stands before the run (the one
-        # bc=auto drafters start from), copied so that their online corrections do not move it.
-        curve = CostCurve.from_dict(curve_for(lm).to_dict())
+        # bc=auto drafters start from), copied so that their online corrections do not move it, or as a sweep
+        # times it now: a prior that is only a shape would price the oracle on another machine's curve.
+        curve = sweep(lm)[0] if a.oracle_curve == "sweep" else CostCurve.from_dict(curve_for(lm).to_dict())
         done = run_share(lm, drafters, questions, shard, a, curve, folder, set(before or ()))
         parts = shard.gather(done)
     finally:

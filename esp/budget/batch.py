@@ -8,11 +8,12 @@ returned by a drafter's `batch_planner()`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from esp.budget.cost import CostCurve, curve_for, padded
+from esp.budget.cost import EXPLORE_N, CostCurve, curve_for, padded
 from esp.budget.width import Backoff
 from esp.decoding.drafter import Budget, Context, Drafter, Offer
 
@@ -32,12 +33,17 @@ class BatchPadding:
     """A batch of drafters that each propose their own block. A batch forward pads every row's block to the
     widest, q rows per sequence; it pads further, to q' rows, where the machine's measured curve says B q' rows
     cost less than B q (`padded`: some CPUs' BLAS runs 2-3 rows slower than 4-8, so a batch whose rows fell from
-    4 to 3 is best fed 6 there). The curve is the machine's prior (`curve_for`), learned from the batch's own
-    forwards; only widths it has measured are padded from or to, so a plain step is fed as batched greedy
-    decoding feeds it until a wider forward is measured to cost less."""
+    4 to 3 is best fed 6 there; a static batch whose rows end early falls to such widths). The curve is the
+    machine's prior (`curve_for`), learned from the batch's own forwards; a width is padded only once it is measured,
+    to a measured one or to one the curve's exploration price says may cost less (then measured too), so a plain
+    step is fed as batched greedy decoding feeds it until a wider forward is measured, or hoped, to cost less. A
+    width is hoped for at most EXPLORE_N forwards of its exact rows: the curve is piecewise linear between its knots
+    and a kernel's cliff at one row count is not (on AVX2 kernels 9 rows cost twice 8 or 12, and the hope at 9 rows,
+    between two cheap knots, stayed until its samples had moved both: ten 9-row steps in a 96-token batch)."""
 
     def __init__(self):
         self.curve: CostCurve | None = None
+        self.tried: Counter[int] = Counter()  # forwards measured at each exact row count
 
     def plan(self, drafters: list[Drafter], ctxs: list[Context], refill: bool = False) -> list[Budget] | None:
         """None: each row proposes its own block."""
@@ -49,13 +55,19 @@ class BatchPadding:
         """Rows per sequence to feed when the widest block has q rows: q, or more where that costs measurably less."""
         top = 2 * q + 2
         at = batch * np.arange(1, top + 1)
-        return int(padded(self.curve.table(batch * top)[at], self.curve.trusted(batch * top)[at])[q - 1])
+        trusted = self.curve.trusted(batch * top)[at]
+        if not trusted[q - 1]:  # q rows not measured yet: nothing to pad from (the first steps at a batch size)
+            return q
+        curve = self.curve
+        hoped = np.where([self.tried[r] < EXPLORE_N for r in at], curve.table(batch * top, explore=True)[at], np.inf)
+        return int(padded(curve.table(batch * top)[at], trusted, hoped)[q - 1])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a step that chose `width` rows per sequence (None at the prefill) and fed `fed`, its rows emitting
         `tokens` in `seconds`; `timed`: the (rows, seconds) of its forwards measured by now."""
         for rows, secs in timed:
             self.curve.observe(rows, secs)
+            self.tried[rows] += 1
 
 
 class BatchWidth(BatchPadding):
@@ -127,7 +139,7 @@ class BatchWidth(BatchPadding):
         """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
         at = b * np.arange(1, top + 1)
         seconds = self.curve.table(b * top, explore=True)[at]
-        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at]) - 1]])
+        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at], seconds) - 1]])
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) whose rows emitted `tokens` in

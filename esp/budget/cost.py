@@ -7,21 +7,25 @@ the choice. A drafter never times anything to get it, and no call of a caller's 
 - Prior (`curve_for`). A curve stored on this machine (by an explicit `calibrate`), else a shipped
   default shape for the device and dtype (`SHAPES`, in one-row units), whose level the first measured
   forward sets. A stored curve counts as STORED_WEIGHT samples per knot, or BUSY_WEIGHT when it was
-  measured on a busy machine (it records when and under what load average); a shipped shape as
-  SHAPE_WEIGHT, so a few of the run's own forwards outweigh it.
+  measured on a busy machine (it records when and under what load average); a shipped shape is a guess
+  (SHAPE_WEIGHT, none): the first sample at a knot replaces it there. No shipped shape needs to fit this
+  machine: they only decide which widths the first steps try.
 - Learning (`CostCurve.observe`). Every step's forward is a timed sample at its width, taken without a
   device sync (`esp.decoding.timer.ForwardTimer`). A sample's log error moves the whole curve by LEVEL_RATE (the
-  machine's load: every width alike), and what is left moves the width's knots by a running mean over
-  their samples (prior included; never less than `rate`). So widths are compared by their ratio to the
-  level the last few steps set, not to a t(1) from another moment: a load that comes and goes moves
-  the level, not the shape. A stale stored curve is corrected the same way, from steps.
-- Exploration (`table(..., explore=True)`). A knot with fewer than EXPLORE_N samples is priced up to
-  EXPLORE cheaper for the width choice, so a width whose prior is too dear still gets tried. The cost is
-  bounded: a step chosen under the discount loses at most the discount's share of its expected rate (if
-  the estimate is right), and each such step adds its weight to the discounted knots, whose discount
-  falls linearly to zero with it; summed over a drafter's life the discounts come to at most
-  EXPLORE * EXPLORE_N per knot, about knots * EXPLORE * EXPLORE_N steps' worth of rate (6 for GRID up
-  to 64 rows), and none at all on a stored curve measured idle.
+  machine's load: every width alike), and what is left moves the width's knots (the one-row anchor too) by a
+  running mean over their samples (prior included; never less than `rate`). So widths are compared by their
+  ratio to the level the last few steps set, not to a t(1) from another moment: a load that comes and goes
+  moves the level, not the shape. A stale stored curve is corrected the same way, from steps.
+- Exploration (`table(..., explore=True)`, what the width choices read). A knot is priced by what the
+  measured knots (EXPLORE_N samples or more) say wherever that is less than its own value (`_hopeful`: their
+  straight line between them, past the widest the prior's shape from it, below the narrowest rows in
+  proportion), and EXPLORE x EXPLORE_N / (EXPLORE_N + n) cheaper at n samples. So a width the prior
+  overprices, or one estimated from a few early samples, still gets tried, and then it is measured. The
+  cost is bounded: a step chosen under the discount loses at most the discount's share of its expected rate
+  (if the estimate is right), so a knot's discounts over its first n samples sum to about EXPLORE x
+  EXPLORE_N x ln(1 + n / EXPLORE_N) steps' worth of rate (O(log n)), none at all on a stored curve measured
+  idle; a width priced hopefully is measured at its first samples, and the per-call loss cap
+  (`esp.budget.width.Backoff`) bounds what any of it costs a call.
 - Sweep (`calibrate`, public as `esp.calibrate`; `esp-bench --calibrate`, the app at start-up). It times
   each width right after a one-row forward, a round per repeat, and keeps the median of those adjacent
   ratios: a change of machine speed during the sweep moves a width and its partner alike.
@@ -57,9 +61,9 @@ CLIP = 0.4  # a sample's log error is clipped to this: a preempted step moves th
 STORED_WEIGHT = 4.0  # samples per knot a stored curve counts as (measured on an idle machine)
 BUSY_WEIGHT = 1.0  # ... measured with the load average at BUSY of the cores or more, or of unknown load
 BUSY = 0.5
-SHAPE_WEIGHT = 0.5  # ... a shipped default shape
+SHAPE_WEIGHT = 0.0  # ... a shipped default shape: a guess, which the first sample at a knot replaces
 EXPLORE = 0.2  # a knot with no samples is priced this share cheaper for the width choice ...
-EXPLORE_N = 2.0  # ... falling linearly to nothing at this many samples
+EXPLORE_N = 2.0  # ... falling as EXPLORE_N / (EXPLORE_N + n) with its n samples; a knot is measured from this many
 PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that saves this share of its time
 
 # Default shapes, t(q) / t(1), where nothing is stored. CPU float32 with AVX2 kernels: a 2-core AVX2 CPU
@@ -94,6 +98,7 @@ class CostCurve:
     scaled: bool = field(default=True, compare=False)
     steps: int = field(default=0, compare=False)  # samples learned so far
     n: list[float] | None = field(default=None, compare=False)  # samples per knot, prior weight included
+    shape: list[float] | None = field(default=None, compare=False)  # the knots as first given (the prior's shape)
 
     def __post_init__(self):
         if len(self.q) != len(self.t) or not self.q or sorted(set(self.q)) != list(self.q) or self.q[0] < 1:
@@ -102,6 +107,7 @@ class CostCurve:
             raise ValueError("a cost curve's times must be positive numbers")
         self.t = [float(x) for x in self.t]
         self.n = [float(self.weight)] * len(self.q) if self.n is None else list(self.n)
+        self.shape = list(self.t) if self.shape is None else list(self.shape)
         self.base = self.t[0]  # t(q[0]) as the prior had it: what `drift` is judged against
 
     @property
@@ -137,23 +143,50 @@ class CostCurve:
         """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
         for every r at once (it is read every step, and the curve moves every step). `explore`: with the
         discount on knots of few samples (what the width choice reads; see the module's docstring)."""
-        out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
         if explore and self.rate > 0:
-            out = out * (1 - self._discount(upto))
+            out = np.maximum(self._interp(self._hopeful(), upto), 1e-9) * (1 - self._discount(upto))
+        else:
+            out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
         out[0] = 0.0
+        return out
+
+    def _hopeful(self) -> np.ndarray:
+        """The knots, each of fewer than EXPLORE_N samples priced at what the measured knots say where that is less
+        than its prior: between two measured knots, their straight line; past the widest, that knot's time times the
+        prior's shape from it on. So a prior dearer than this machine (another vendor's shape, or none that fits)
+        locks out no width the run's own forwards suggest is cheap: it gets tried, and then it is measured."""
+        t = np.asarray(self.t, dtype=np.float64)
+        at = np.flatnonzero(np.asarray(self.n) >= EXPLORE_N)
+        q, shape, out = np.asarray(self.q, dtype=np.float64), np.asarray(self.shape, dtype=np.float64), t.copy()
+        for j in np.setdiff1d(np.arange(len(t)), at) if at.size else ():
+            below, above = at[at < j], at[at > j]
+            if below.size and above.size:
+                a, b = below.max(), above.min()
+                guess = t[a] + (q[j] - q[a]) / (q[b] - q[a]) * (t[b] - t[a])
+            elif below.size:
+                a = below.max()
+                guess = t[a] * shape[j] / shape[a]
+            else:  # narrower than every measured knot: as cheap as a cost proportional to rows would make it
+                a = above.min()
+                guess = t[a] * q[j] / q[a]
+            out[j] = min(t[j], guess)
         return out
 
     def trusted(self, upto: int) -> np.ndarray:
         """For r = 0..upto, whether t(r) rests on measurements (EXPLORE_N samples at its knots, a stored sweep
         measured idle counting as such) rather than on a shipped shape or a busy sweep."""
-        return self._discount(upto) == 0.0
+        known = np.array([1.0] + [float(n >= EXPLORE_N) for n in self.n[1:]])
+        return self._interp(known, upto) >= 1.0
 
     def _discount(self, upto: int) -> np.ndarray:
-        """The exploration discount of r = 0..upto rows: EXPLORE on a knot with no samples, nothing from
-        EXPLORE_N on, interpolated between knots; never on the anchor's width."""
-        d = np.array([0.0] + [EXPLORE * max(0.0, 1 - n / EXPLORE_N) for n in self.n[1:]])
+        """The exploration discount of r = 0..upto rows: EXPLORE on a knot with no samples, falling as
+        EXPLORE_N / (EXPLORE_N + n) with its n samples, interpolated between knots; never on the anchor's width,
+        nor on a stored sweep measured idle."""
+        if self.weight >= EXPLORE_N:
+            return np.zeros(upto + 1)
+        d = np.array([EXPLORE * EXPLORE_N / (EXPLORE_N + n) for n in self.n])
         w = np.clip(self._interp(d, upto), 0.0, EXPLORE)
-        w[: self.q[0] + 1] = 0.0
+        w[0] = 0.0
         return w
 
     def observe(self, rows: int, seconds: float) -> None:
@@ -161,28 +194,32 @@ class CostCurve:
         if self.rate <= 0 or not (seconds > 0 and math.isfinite(seconds)):
             return
         self.steps += 1
+        i, w = self._segment(rows)
+        w = min(max(w, 0.0), 1.0)
         if not self.scaled:  # a shape in one-row units: the first sample sets its level
             f = seconds / self.predict(rows)
             self.t = [x * f for x in self.t]
             self.base, self.scaled = self.t[0], True
+            for j, wj in ((i, 1 - w), (i + 1, w)):
+                if j < len(self.q):
+                    self.n[j] += wj
             return
         err = max(-CLIP, min(CLIP, math.log(seconds / self.predict(rows))))
         level = max(1 / (self.steps + 1), LEVEL_RATE)  # the first samples after a stored curve set its level
         rest = (1 - level) * err
-        i, w = self._segment(rows)
-        w = min(max(w, 0.0), 1.0)
         for j, wj in ((i, 1 - w), (i + 1, w)):
-            if j == 0 or wj <= 0 or j >= len(self.q):
-                continue  # the anchor knot moves with the level only
-            b = max(wj / (self.n[j] + wj), self.rate * wj)
-            self.t[j] *= math.exp(b * rest)
+            if wj <= 0 or j >= len(self.q):
+                continue
             self.n[j] += wj
+            b = max(wj / self.n[j], self.rate * wj)
+            self.t[j] *= math.exp(b * rest)
         f = math.exp(level * err)
         self.t = [max(x * f, 1e-7) for x in self.t]
 
     def copy(self) -> "CostCurve":
         """An independent curve with this one's knots and what it has learned, for one drafter to correct."""
-        c = CostCurve(list(self.q), list(self.t), self.rate, self.key, self.weight, self.scaled, self.steps, list(self.n))
+        c = CostCurve(list(self.q), list(self.t), self.rate, self.key, self.weight, self.scaled, self.steps, list(self.n),
+                      self.shape)
         c.base = self.base
         return c
 
@@ -235,21 +272,23 @@ def shape_for(lm, key: str = "") -> CostCurve:
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 
 
-def padded(seconds, trusted=None) -> np.ndarray:
+def padded(seconds, trusted=None, hoped=None) -> np.ndarray:
     """For `seconds[i]`, the time of feeding i + 1 rows per sequence, the rows per sequence each width is best
     fed as: itself, or at most twice it plus two where that costs PAD_GAIN less (a CPU's curve can fall where
     its BLAS switches kernels, at about 4 rows, so a narrow block padded with rows nobody reads is cheaper).
-    `trusted[i]` (default: all): whether seconds[i] was measured; a width is padded only from and to measured
-    ones, since a prior's kernel switch that this machine lacks would pad every step, and a padded width's
-    samples never correct the narrower width's price (a batch of two fed two rows each, 1.6x plain, for good)."""
+    `trusted[i]` (default: all): whether seconds[i] was measured; a width is padded only from a measured one, and to
+    a measured one, or to one whose hoped-for price `hoped[j]` (the curve's exploration price) says it may be
+    cheaper: then its samples measure it, and padding stays only where it measured cheaper. Padding from a width on a
+    prior's word alone would never correct that width's price (a batch of two fed two rows each, 1.6x plain, for
+    good); a padded width that is dearer than hoped is corrected by its own samples."""
     sec = np.asarray(seconds, dtype=np.float64)
-    if trusted is not None:
-        sec = np.where(np.asarray(trusted, dtype=bool), sec, np.inf)
+    known = np.ones(sec.size, dtype=bool) if trusted is None else np.asarray(trusted, dtype=bool)
+    to = np.where(known, sec, np.inf)
+    if hoped is not None:
+        to = np.minimum(to, np.asarray(hoped, dtype=np.float64))
     best = np.arange(1, sec.size + 1)
-    for i in range(sec.size):
-        if not np.isfinite(sec[i]):
-            continue
-        reach = sec[i : min(2 * i + 4, sec.size)]  # widths i+1 .. 2(i+1)+2
+    for i in np.flatnonzero(known):
+        reach = np.concatenate([[sec[i]], to[i + 1 : min(2 * i + 4, sec.size)]])  # widths i+1 .. 2(i+1)+2
         j = int(reach.argmin())
         if reach[j] < (1 - PAD_GAIN) * sec[i]:
             best[i] = i + 1 + j
@@ -281,26 +320,29 @@ def curve_for(lm) -> CostCurve:
     return _CURVES[key].copy()
 
 
-def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
-    """Time this machine's cost curve for `lm` now, store it for later processes and drafters, and return a
-    copy: a blocking sweep of len(grid) x repeats pairs of forwards (seconds on a CPU), for callers who
-    ask for it before they serve (`esp.calibrate` takes a Hugging Face model)."""
+def sweep(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> tuple[CostCurve, dict]:
+    """Time this machine's cost curve for `lm` now (a blocking sweep of len(grid) x repeats pairs of forwards,
+    seconds on a CPU) and return it with the record `calibrate` stores; nothing is stored here."""
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # before the sweep loads the machine
     runs = samples(lm, grid, repeats=repeats)
     ratios = {q: [s / one for s, one in ps] for q, ps in runs.items()}
     ratio = [statistics.median(r) for r in ratios.values()]
     one = statistics.median(one for ps in runs.values() for _, one in ps)  # the level, from every partner
     shape = smooth(ratio, [spread(r) for r in ratios.values()])
-    key = curve_key(lm)
-    curve = CostCurve(list(runs), [one * r for r in shape], key=key)
+    curve = CostCurve(list(runs), [one * r for r in shape], key=curve_key(lm))
     record = {**curve.to_dict(), "ratio": [round(x, 4) for x in ratio],
               "raw": [round(statistics.median(s for s, _ in ps), 6) for ps in runs.values()],
               "spread": [round(spread(r), 4) for r in ratios.values()],
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "loadavg": [round(x, 2) for x in load] if load else None, "cpus": os.cpu_count(),
               "threads": torch.get_num_threads(), "repeats": repeats, "context": CONTEXT}
-    path = cache_dir() / f"{key}.json"
-    write_atomic(path, json.dumps(record))  # a read-only cache: this process still uses the curve
-    _CURVES[key] = stored(lm) or curve
-    return _CURVES[key].copy()
+    return curve, record
 
+
+def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
+    """Time this machine's cost curve for `lm` now (`sweep`), store it for later processes and drafters, and return
+    a copy: for callers who ask for it before they serve (`esp.calibrate` takes a Hugging Face model)."""
+    curve, record = sweep(lm, grid, repeats)
+    write_atomic(cache_dir() / f"{curve.key}.json", json.dumps(record))  # a read-only cache: this process still uses it
+    _CURVES[curve.key] = stored(lm) or curve
+    return _CURVES[curve.key].copy()

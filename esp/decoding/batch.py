@@ -13,6 +13,7 @@ answers end at different steps.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from typing import Iterator
@@ -22,6 +23,7 @@ import torch
 from esp.decoding.drafter import BatchPlanner, Drafter
 from esp.decoding.engine import Decoder, Generation, Run, lead_mask
 from esp.decoding.timer import ForwardTimer, Phases
+from esp.decoding.verify import top_rows
 from esp.errors import ESPError
 from esp.models import kvcache
 from esp.models.lm import LM
@@ -154,13 +156,14 @@ class LiveBatch:
             timer.start()
         views = [run.dec.align or run.dec.lens for run in here]
         hidden, layers = lm.forward(embeds, positions, mask, cache, layers=any(views))
-        logits = _head(lm, hidden, here)
+        logits, tops = _head(lm, hidden, here)
         timed = timer.stop(hidden.shape[0] * hidden.shape[1], keep=not prefill) if timer is not None else []
         kept: list[tuple[int, list[int]]] = []  # per batch row: (its committed slots, block rows to keep)
         emitted = []
-        for b, (run, lg) in enumerate(zip(here, logits)):
+        for b, (run, lg, top) in enumerate(zip(here, logits, tops)):
             mine = tuple(h[b, : run.width] for h in layers) if views[b] else None
-            trace = run.finish(hidden[b, : run.width], mine, lg, timed, lambda past, keep: kept.append((past, keep)))
+            trace = run.finish(hidden[b, : run.width], mine, lg, timed, lambda past, keep: kept.append((past, keep)),
+                               top)
             emitted.append(len(trace.emitted))
             yield run, trace
         kvcache.commit_rows(cache, kept, cache.get_seq_length() - hidden.shape[1])
@@ -194,14 +197,20 @@ def _inputs(lm: LM, runs: list[Run], slots: int, q: int) -> tuple[torch.Tensor, 
     return embeds, positions, mask
 
 
-def _head(lm: LM, hidden: torch.Tensor, runs: list[Run]) -> list[torch.Tensor]:
-    """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch."""
+def _head(lm: LM, hidden: torch.Tensor, runs: list[Run]) -> tuple[list[torch.Tensor], list[list[list[float]]]]:
+    """Each row's logits from the root on (its `head_rows`), from one LM-head call for the batch, and their best ids
+    and logits (`top_rows`), from one top-k and one host read for the batch: per row, a top-k and a read of its own
+    cost more host time than batched greedy decoding's whole step does."""
     q = hidden.shape[1]
     if q == 1:  # a plain step: every row's one row
-        return list(lm.head(hidden[:, 0]).split(1))
+        logits = lm.head(hidden[:, 0])
+        return list(logits.split(1)), [[row] for row in top_rows(logits)]
     idx = torch.cat([torch.arange(run.lead, run.lead + run.head_rows) + b * q for b, run in enumerate(runs)])
     logits = lm.head(hidden.reshape(-1, hidden.shape[-1])[idx.to(hidden.device)])
-    return list(logits.split([run.head_rows for run in runs]))
+    sizes = [run.head_rows for run in runs]
+    top = top_rows(logits)  # a hybrid's mask rows too: reading them costs less than gathering the nodes out
+    return list(logits.split(sizes)), [top[a : a + run.lay.n_nodes]
+                                       for a, run in zip(itertools.accumulate([0, *sizes]), runs)]
 
 
 def _still(runs: list[Run], cache) -> list[Run]:

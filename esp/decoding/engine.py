@@ -183,13 +183,14 @@ class Run:
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def finish(self, hidden: torch.Tensor, layers, logits: torch.Tensor, timed: list,
-               commit: Callable[[int, list[int]], None]) -> StepTrace:
+               commit: Callable[[int, list[int]], None], top: list[list[float]] | None = None) -> StepTrace:
         """Verify the step from its forward: `hidden` (this run's fed rows), `logits` (its `head_rows`
-        from the root), `timed` forwards; `commit(past, rows)` keeps the accepted rows in the cache."""
+        from the root), `timed` forwards; `commit(past, rows)` keeps the accepted rows in the cache; `top`:
+        the node rows' best ids and logits (`verify.top_rows`) when the caller read them already."""
         dec, ctx, clock, lead = self.dec, self.ctx, self.clock, self.lead
         clock("verify")
         forward = self._forward(hidden, layers, logits, timed)
-        res, top2 = self._verify(logits[: self.lay.n_nodes], forward, commit)
+        res, top2 = self._verify(logits[: self.lay.n_nodes], forward, commit, top)
         read = None
         if self.lens is not None:
             with clock.within("trace"):
@@ -220,12 +221,12 @@ class Run:
                        block_logits=logits if self.prop.head_all else None, seconds=seconds, clock=self.clock,
                        timed=timed)
 
-    def _verify(self, node_logits: torch.Tensor, forward: Forward,
-                commit: Callable[[int, list[int]], None]) -> tuple[StepResult, list[list]]:
+    def _verify(self, node_logits: torch.Tensor, forward: Forward, commit: Callable[[int, list[int]], None],
+                top: list[list[float]] | None) -> tuple[StepResult, list[list]]:
         """Check the tree, commit the accepted rows and extend the text with what the step emits: the drafter's
         step record, and the verifier's ranked rows along the path (StepTrace.top2)."""
         clock, tree = self.clock, self.prop.tree
-        v = check(tree, node_logits, self.root_pos, self.dec.sampling)
+        v = check(tree, node_logits, self.root_pos, self.dec.sampling, top)
         clock("commit")
         commit(self.past, list(range(self.lead)) + [self.lead + i for i in v.path])
         clock("draft")

@@ -57,16 +57,18 @@ class Verified:
     choices: Choices  # the target's token after every fed node
 
 
-def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) -> Verified:
+def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling,
+          rows: list[list[float]] | None = None) -> Verified:
     """Walk the tree: `logits[i]` are the target's logits at node i, and the token after node i is drawn
     exactly as autoregressive decoding would draw it at that position, so the output never changes.
 
     One top-K over every node row and one host read serve the whole walk: the greedy choice of each row
     and the runners-up that the lossless verdict needs (TOP_K). Each row's choice is needed before the
     path is known, so reading all rows at once is cheaper than a device round trip per accepted depth.
-    The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU.
+    The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU. `rows`: that
+    read, when the caller made it already (a batch reads every row of every prompt at once, `top_rows`).
     """
-    rows = _top_rows(logits)
+    rows = top_rows(logits) if rows is None else rows
     choices = Choices(tree, logits, rows, root_pos, s)
     children: dict[int, dict[int, int]] = {}
     for i, p in enumerate(tree.parents[1:], 1):
@@ -88,7 +90,7 @@ def verify(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) ->
     return v.path, v.bonus
 
 
-def _top_rows(logits: torch.Tensor) -> list[list[float]]:
+def top_rows(logits: torch.Tensor) -> list[list[float]]:
     """Per row of (rows, vocab) logits, [ids..., values...] of its TOP_K best, in topk's order (one host read)."""
     vals, ids = top_k(logits, min(TOP_K, logits.shape[-1]))
     return torch.cat([ids.to(vals.dtype), vals], 1).tolist()  # ids are exact in float32 below 2^24
@@ -97,7 +99,7 @@ def _top_rows(logits: torch.Tensor) -> list[list[float]]:
 def ranked(logits: torch.Tensor) -> list[list]:
     """Per row of (rows, vocab) logits, [id1, logit1, ..., idK, logitK] of its TOP_K best, the greedy choice
     first: what a reference run records for the lossless verdict (esp.bench.verdict)."""
-    return [_choice_first(row) for row in _top_rows(logits.float())]
+    return [_choice_first(row) for row in top_rows(logits.float())]
 
 
 def _choice_first(row: list[float]) -> list:

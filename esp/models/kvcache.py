@@ -49,14 +49,21 @@ def commit_rows(cache: DynamicCache, kept: list[tuple[int, list[int]]], slots: i
                 dst.append(past + j)
                 src.append(slots + r)
     if rows:
-        on: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # layers may sit on several GPUs
+        # As flat indices into a (rows x heads x slots, dim) view of the storage (contiguous: the forward's
+        # cat made it): two index ops a tensor, where t[r, :, d] = t[r, :, s] broadcasts three index tensors
+        # (a plain step of 16 rows moving 15 roots took 1.8 ms).
+        r, d, s = (torch.tensor(x)[:, None] for x in (rows, dst, src))
+        on: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # layers may sit on several GPUs
         for layer in cache.layers:
             for name in SIDES:
                 t = getattr(layer, name)
-                if t.device not in on:
-                    on[t.device] = tuple(torch.tensor(x, device=t.device) for x in (rows, dst, src))
-                r, d, s = on[t.device]
-                t[r, :, d] = t[r, :, s]
+                key = (t.device, t.shape[1], t.shape[2])
+                if key not in on:
+                    base = (r * t.shape[1] + torch.arange(t.shape[1])[None, :]) * t.shape[2]
+                    on[key] = tuple(to_device((base + x).reshape(-1), t.device) for x in (d, s))
+                to, fro = on[key]
+                flat = t.view(-1, t.shape[-1])
+                flat.index_copy_(0, to, flat.index_select(0, fro))
     truncate(cache, max(past + len(keep) for past, keep in kept))
 
 
