@@ -384,7 +384,10 @@ function espPlayer(root, run, opts) {
     const note = root.querySelector('[data-note="' + key + '"]');
     box.hidden = !present;
     if (note) note.hidden = present || !perStep;
-    if (!present || box.getClientRects().length === 0 || onScreen.get(box) !== true) return;  // hidden, off screen: later
+    // Hidden (another tab) or off screen: drawn when it comes into view; the step's own tree and attention pattern
+    // are drawn at once wherever they are (what the step is, for whoever reads the page: a reader scrolled away).
+    const away = !URGENT.includes(key) && onScreen.get(box) !== true;
+    if (!present || box.getClientRects().length === 0 || away) return;
     const sig = perStep ? runId + "." + shown + "." + revs[shown] + "." + focus : "v" + viewsRev + "." + shown + "." + focus;
     if (drawn.get(box) === sig) return;
     drawn.set(box, sig);
