@@ -22,6 +22,7 @@ from components.eye_view import NO_EYE
 from components.lecture import PARTS_CSS, PLAYER_JS, PLOTLY_VERSION, figure_box, speed_box
 from components.lens_view import NO_LENS
 from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
+from components.story_player import STORY_CSS, STORY_JS, story_markup
 from components.trace_schema import MAX_TRACE_BYTES
 from explorer import calls, door, gpu, lesson, room
 from explorer import requests as rq
@@ -144,7 +145,7 @@ def build_app() -> gr.Blocks:
         _room_controls(page)
         with gr.Row():
             _controls(page)
-            with gr.Column(scale=3, min_width=320, elem_id="views"):
+            with gr.Column(scale=3, min_width=320, elem_id="views", elem_classes="esp-player"):
                 _step_views(page)
                 with gr.Tabs(elem_id="tabs") as page.tabs:
                     _run_tab(page)
@@ -181,6 +182,8 @@ def _header(page: SimpleNamespace) -> None:
         gr.Markdown("# ESP Explorer\nEmbedding-Space Probing: a frozen LM drafts several future tokens from "
                     "soft mask tokens, and one forward pass verifies the whole draft tree.")
         with gr.Row(elem_id="header-buttons"):
+            # The first screen tells one step as a story; this opens the whole page (assets/explorer.js).
+            gr.Button("Show the dashboard", elem_id="dashboard", size="sm", variant="primary", min_width=140)
             page.tour_btn = gr.Button("Tour", elem_id="tour", size="sm", min_width=60)
             gr.Button("Copy link", elem_id="copy-link", size="sm", min_width=60)  # assets/explorer.js
             page.theme_btn = gr.Button("◐", elem_id="theme", size="sm", min_width=40)
@@ -236,7 +239,8 @@ def _controls(page: SimpleNamespace) -> None:
         page.k = gr.Slider(**rq.K.slider(), label="k", info=KNOB_INFO["k"], elem_id="k")
         page.bc = gr.Slider(**rq.BC.slider(), label="BC", info=KNOB_INFO["bc"], elem_id="bc")
         page.lam = gr.Slider(**rq.LAM.slider(), label="λ", info=KNOB_INFO["lam"], elem_id="lam")
-        with gr.Row():
+        # Folded until asked for: a first run needs none of them (issue 47).
+        with gr.Accordion("Masks and tree", open=False, elem_id="masks-and-tree"):
             page.init = gr.Radio(list(rq.INIT.options), value=rq.INIT.default, label="Mask init",
                                  info=KNOB_INFO["init"], elem_id="init")
             page.tree = gr.Radio(list(rq.TREE.options), value=rq.TREE.default, label="Tree", info=KNOB_INFO["tree"],
@@ -245,7 +249,7 @@ def _controls(page: SimpleNamespace) -> None:
         # float32, and a request naming bfloat16 is refused in one line (explorer.requests.DTYPE).
         page.dtype = gr.Radio([(DTYPE_CHOICES[d], d) for d in rq.DTYPE.options], value=rq.DTYPE.default,
                               label="Precision", elem_id="dtype", visible=gpu.bf16_missing() is None)
-        with gr.Accordion("Decoding", open=False):
+        with gr.Accordion("Decoding", open=False, elem_id="decoding"):
             page.mode = gr.Radio(list(rq.MODE.options), value=rq.MODE.default, label="Target decoding", elem_id="mode")
             page.temperature = gr.Slider(**rq.TEMPERATURE.slider(), label="temperature")
             page.top_p = gr.Slider(**rq.TOP_P.slider(), label="top-p")
@@ -264,6 +268,9 @@ def _step_views(page: SimpleNamespace) -> None:
     any control, on every screen: issue 31), the step scrubber, playback and focus, and the step in words: the
     player's parts (components/lecture.py), drawn in the browser from the run it holds. On a narrow screen the
     attention pattern comes after the step controls, so that they follow the tree (assets/app.css)."""
+    # The story of the opening run's step and the predict mode (components/story_player.py), on the player: the
+    # first screen until the dashboard opens (assets/explorer.js), then a row of two buttons above the status.
+    part(story_markup(calls.shipped_data(calls.OPENING)["story"]), "first-minute")
     page.status = gr.Markdown("Set the controls and press **Run**.", label="Status", elem_id="status")
     plot_row(("Draft tree", "tree-plot", "tree"), ("Attention pattern: who sees whom", "mask-plot", "mask"),
              elem_id="figures")
@@ -306,7 +313,7 @@ def _mask_lens(page: SimpleNamespace) -> None:
     commitment strip over the generated text (components/lens_view.py)."""
     with gr.Column(elem_id="mask-lens"):
         gr.Markdown("### Mask Lens · what each mask's layers would say, read as tokens (a raw logit lens)",
-                    elem_classes="esp-note")
+                    elem_classes="esp-note", elem_id="mask-lens-title")
         with gr.Row():
             with gr.Column(min_width=320, elem_id="lens-plot-col"):
                 view("Mask Lens", "lens-plot", "lens", NO_LENS)
@@ -514,7 +521,10 @@ def launch_options() -> dict:
     plotly_js = {"src": f"gradio_api/file={PLOTLY_JS}", "version": PLOTLY_VERSION}
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"],
             "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
-            "head": (f"<style>{PARTS_CSS}</style><script>window.ESP_PLOTLY = {json.dumps(plotly_js)};\n{PLAYER_JS}</script>"
+            # The first screen's rules are not scoped to Gradio's container: they read a class on <html>.
+            "head": (f"<style>{PARTS_CSS}{STORY_CSS}{(ASSETS / 'first.css').read_text()}</style>"
+                     f"<script>window.ESP_PLOTLY = {json.dumps(plotly_js)};\n"
+                     f"window.ESP_OPENING = {json.dumps(calls.OPENING)};\n{PLAYER_JS}{STORY_JS}</script>"
                      f"<script>{(ASSETS / 'explorer.js').read_text()}</script>"),
             "allowed_paths": [str(PLOTLY_JS)], "state_session_capacity": LIMITS.max_sessions,
             # A run waiting in the model's line holds a worker thread: Gradio's 40 stay for everything else.

@@ -4,24 +4,42 @@
 // and a lesson room's follower letting go of the presenter when its student picks a step. Elements it expects
 // (elem_ids in app.py): #views (the player's root), #next, #prev, #play (the player's buttons), #copy-link, #theme
 // (buttons), #link-note, #controls (the controls column), #tree-plot, #follow (the room's box), and the views a
-// tour stop names. Python wiring calls window.espExplorer.* from event `js=` callbacks; nothing here sends
+// tour stop names. The first screen (issue 47): the opening run's story on the player (components/story_player.py
+// espFirstMinute, in #first-minute), with the rest of the page (the dashboard: assets/first.css hides it while
+// <html> has the class esp-first) one click away (#dashboard). Python wiring calls window.espExplorer.* from event `js=` callbacks; nothing here sends
 // anything to the server (a step picked, a click on a figure, a key: all drawn by the player).
 (() => {
   const TYPING = "input:not([type=range]), textarea, select, [contenteditable]:not([contenteditable=false])";
   const KEYS = { ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev", " ": "play" };
-  const SPOT = "esp-spotlight";
+  const SPOT = "esp-spotlight", TOUR_LIT = "esp-tour-lit";
+  // While the first screen tells its story, the arrows turn its pages (and Space does nothing) instead of stepping
+  // the run.
+  const STORY_KEYS = { next: "story-next", prev: "story-back" };
+  // The player's views as the story names them (components/story.py VIEWS, and predict mode's), by element id.
+  const VIEWS = { tree: "tree-plot", mask: "mask-plot", eye: "eye-plot", lens: "lens-plot", text: "text-view",
+    words: "step-words" };
   // The address's keys that name the run on screen (explorer/recipe.py RUN_KEYS: a shipped trace, or a run's
   // recipe); "step" follows the shown step, and only with a run to belong to.
   const RUN_KEYS = ["trace", "prompt", "model", "method", "k", "bc", "lam", "tree", "init", "dtype", "mode",
     "temperature", "top_p", "seed", "max_new", "layouts"];
   const byId = (id) => document.getElementById(id);
+  const smooth = () => (matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");
+
+  // The page opens on the story unless its link names something the story is not: a step, a tab, a room, a run's
+  // recipe, another shipped run, present mode, or the dashboard itself (dashboard=1).
+  const params = new URLSearchParams(location.search);
+  let first = !["step", "tab", "room", "present", "dashboard", ...RUN_KEYS.filter((k) => k !== "trace")]
+    .some((key) => params.has(key)) && [null, window.ESP_OPENING].includes(params.get("trace"));
+  let told = false;  // the opening run's story was opened once
+  document.documentElement.classList.toggle("esp-first", first);
 
   // A presenter's remote sends these keys; typed in a text box they keep their usual meaning, and a key that a
   // focused part of the page already used (the text's tokens, the tree's nodes) is not a step too.
   const ours = (e) => KEYS[e.key] && !e.defaultPrevented
     && !(e.ctrlKey || e.metaKey || e.altKey || e.target.closest?.(TYPING));
   document.addEventListener("keydown", (e) => {
-    const button = ours(e) && byId(KEYS[e.key]);
+    const telling = first && byId("views")?.espFirst?.open();
+    const button = ours(e) && byId(telling ? STORY_KEYS[KEYS[e.key]] : KEYS[e.key]);
     if (!button) return;
     e.preventDefault();
     if (!e.repeat || e.key !== " ") button.click();
@@ -65,12 +83,27 @@
       const params = new URLSearchParams(location.search);
       [...RUN_KEYS, "step"].forEach((key) => params.delete(key));
       new URLSearchParams(api.run).forEach((value, key) => params.set(key, value));
-      if (api.run && api.step !== null) params.set("step", String(api.step));
+      if (api.run && api.step !== null && !first) params.set("step", String(api.step));
       return write(params.toString());
     },
     showStep(step) {
       api.step = step;
-      return api.linked && api.run ? api.setState({ step }) : null;
+      return api.linked && api.run && !first ? api.setState({ step }) : null;
+    },
+
+    // The first screen: true while the page shows the story alone. dashboard() opens the whole page (the story
+    // closes; the address takes the shown step, as on the dashboard any step does).
+    first: () => first,
+    dashboard() {
+      if (!first) return false;
+      first = false;
+      document.documentElement.classList.remove("esp-first");
+      const root = byId("views");
+      if (root?.espFirst?.open()) root.espFirst.story(false);
+      if (api.step !== null) api.showStep(api.step);
+      // The figures drawn at the story's width take their columns' width now.
+      requestAnimationFrame(() => window.dispatchEvent(new Event("resize")));
+      return true;
     },
 
     // The page's player: started with the first message from the server (the hidden #player-data's watch calls
@@ -86,6 +119,7 @@
         const next = pending.shift();
         moving = !!next.room;  // the room moved this page: its student did not pick the step
         api.player.feed(next);
+        if (next.reset || "predict" in next) firstMinute(next);
         moving = false;
       }
       return true;
@@ -112,17 +146,20 @@
       return location.href;
     },
 
-    // The tour: exactly one view carries the spotlight, scrolled into the middle of the screen.
+    // The tour: exactly one view carries the spotlight, scrolled to just below the tour's card (which stays at
+    // the top of the screen: app.css), so that the card and what it names are in view together.
     spotlight(view) {
       api.clearSpotlight();
       const el = byId(view);
       if (!el) return false;
-      el.classList.add(SPOT);
-      el.scrollIntoView({ block: "center", behavior: "smooth" });
+      el.classList.add(SPOT, TOUR_LIT);
+      const card = byId("tour-panel");
+      el.style.scrollMarginTop = `${card && card.offsetParent !== null ? card.offsetHeight + 12 : 0}px`;
+      el.scrollIntoView({ block: "start", behavior: smooth() });
       return true;
     },
     clearSpotlight() {
-      document.querySelectorAll(`.${SPOT}`).forEach((el) => el.classList.remove(SPOT));
+      document.querySelectorAll(`.${SPOT}, .${TOUR_LIT}`).forEach((el) => el.classList.remove(SPOT, TOUR_LIT));
     },
     // True once per browser: the tour is offered on a first visit only.
     firstVisit() {
@@ -160,6 +197,12 @@
     espPlayer(root, { frames: [] }, { plotly: loadPlotly(), version: window.ESP_PLOTLY.version, period: 500,
       keys: null });
     api.player = root.esp;
+    // The story and predict mode, given each run's data as it comes (firstMinute); closing the story (its ✕, a
+    // closing action, a guess, a step picked) opens the dashboard.
+    if (typeof espFirstMinute === "function" && byId("story-panel")) {
+      espFirstMinute(root, {}, { views: VIEWS, actions: { prompt: tryPrompt } });
+      root.addEventListener("esp-story", (e) => { if (!e.detail.open) api.dashboard(); });
+    }
     root.addEventListener("esp-step", (e) => {
       api.showStep(e.detail.step);
       // A student's own step lets go of the presenter (the Follow box unticked, as the box's own click does).
@@ -168,6 +211,25 @@
     });
     treeKeys();
     return true;
+  }
+
+  // A run's story, guesses and figure texts (explorer.views.player_data) to the story's script: every run opened
+  // brings its own, a live run at its end; the opening run's story is told on the first screen.
+  function firstMinute(data) {
+    const root = byId("views");
+    if (!root?.espFirst) return;
+    root.espFirst.set(data);
+    if (first && data.story && !told) {
+      told = true;
+      root.espFirst.story(true);
+    }
+  }
+  // The story's closing action "Try your own prompt": the dashboard, at the prompt box.
+  function tryPrompt() {
+    api.dashboard();
+    const box = document.querySelector("#prompt textarea");
+    box?.scrollIntoView({ block: "center", behavior: smooth() });
+    box?.focus();
   }
 
   function flash(button, text) {
@@ -182,7 +244,10 @@
     const theme = params.get("__theme") || localStorage.getItem("esp-theme");
     if (theme) document.body.classList.toggle("dark", theme === "dark");
     // On the document: Gradio may draw the button again after this script ran, dropping a listener on it.
-    document.addEventListener("click", (e) => { if (e.target.closest?.("#copy-link")) api.copyLink(); });
+    document.addEventListener("click", (e) => {
+      if (e.target.closest?.("#copy-link")) api.copyLink();
+      if (e.target.closest?.("#dashboard, #tour")) api.dashboard();  // the tour walks the whole page
+    });
     // Phones: the controls wait behind this toggle, at the top of the page (app.css hides them there).
     const controls = byId("controls");
     if (controls && !byId("controls-toggle")) {

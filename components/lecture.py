@@ -121,6 +121,10 @@ PARTS_CSS = fill("""
 [data-role=stats] table { border-collapse: collapse; } [data-role=stats] th, [data-role=stats] td { padding: 0 .6em; text-align: right; }
 [data-role=pace] { font-size: .85em; }
 .esp-figure { width: 100%; overflow: hidden; }
+@media (max-width: 600px) {  /* a phone: the summary's table wraps its cells rather than widen the page */
+  [data-role=stats] table { width: 100%; table-layout: fixed; }
+  [data-role=stats] th, [data-role=stats] td { overflow-wrap: anywhere; }
+}
 """, {"focus": FOCUS})
 
 # The player's look, scoped to its root (the lecture's <body>, or a widget's box on a notebook page), so that

@@ -5,8 +5,9 @@ verdict shows, and a text equivalent of every figure for screen readers.
 It plugs into the player through two hooks the player provides: `root.espShow(i)` shows step i, and the
 player dispatches `esp-step` (detail: {step}) on its root after every step it shows. The views it lights or
 veils are the player's boxes by key (tree, mask, eye, lens, text, words), found by data-figure or id in the root unless
-`opts.views` maps a key to another element (a page with other ids). Every text it shows comes from the
-run data as JSON and is set as text, never as markup.
+`opts.views` maps a key to another element or element id (a page with other ids). Every text it shows comes from
+the run data as JSON and is set as text, never as markup. A page whose run changes (the app's) hands each new
+run's data to `root.espFirst.set(run)`, and hears the story open and close through the `esp-story` event.
 """
 from __future__ import annotations
 
@@ -77,8 +78,6 @@ STORY_CSS = """
 .esp-player #predict[aria-pressed="true"] { background: {{mark}}; color: #fff; border-color: {{mark}}; }
 .esp-player.esp-story-on #words { display: none; }
 .esp-player .esp-veiled { visibility: hidden; }
-.esp-player .esp-sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0);
-  white-space: nowrap; }
 .esp-player .esp-spotlight { outline: 3px solid {{focus}}; outline-offset: 4px; border-radius: 6px; }
 .esp-player :focus-visible { outline: 3px solid {{focus}}; outline-offset: 2px; }
 .esp-player.dark .esp-spotlight, .esp-player.dark :focus-visible { outline-color: {{focus_dark}}; }
@@ -114,8 +113,11 @@ STORY_CSS = (STORY_CSS.replace("{{mark}}", palette.SOURCES["esp"]).replace("{{ke
 
 # espFirstMinute(root, run, opts): the story (run.story), predict mode (run.predict) and the figures' text
 # equivalents (run.alt) on a player in `root` (espPlayer's, which provides root.espShow and the esp-step event).
-# opts.views maps a view key to its element where the ids differ; opts.actions[id] runs a story's closing action
-# ("play" has its default here; a page with a prompt box adds "prompt"). espScore is the one scoring rule of a guess.
+# opts.views maps a view key to its element (or its id) where the ids differ; opts.actions[id] runs a story's
+# closing action ("play" has its default here; a page with a prompt box adds "prompt"). It sets root.espFirst:
+# set(run) takes another run's data (a page whose run changes), story(open) and predict(on) turn them on or off,
+# open() says whether the story is open; `root` gets the event "esp-story" ({detail: {open}}) when the story
+# opens or closes. espScore is the one scoring rule of a guess.
 STORY_JS = r"""
 function espScore(marked, kept) {
   // A guess against the verdict: the drafts marked and kept (right), marked but rejected (wrong), kept but not
@@ -129,8 +131,12 @@ function espScore(marked, kept) {
 function espFirstMinute(root, run, opts) {
   opts = opts || {};
   const $ = (id) => root.querySelector("#" + id);
-  const view = (key) => (opts.views && opts.views[key]) || root.querySelector('[data-figure="' + key + '"]') || $(key);
-  const STORY = run.story, PREDICT = run.predict, ALT = run.alt || [];
+  const view = (key) => {
+    const named = opts.views && opts.views[key];
+    if (named) return typeof named === "string" ? document.getElementById(named) : named;
+    return root.querySelector('[data-figure="' + key + '"]') || $(key);
+  };
+  let STORY = run.story, PREDICT = run.predict, ALT = run.alt || [];
   const VEILED = ["tree", "mask", "eye", "lens", "text", "words"];
   const smooth = () => (matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");
   let step = null;
@@ -148,7 +154,8 @@ function espFirstMinute(root, run, opts) {
   if (window.ResizeObserver) new ResizeObserver(sticky).observe($("bar") || root);
 
   // Each figure is named by its first words ("Draft tree, step 7") and described by the whole text, kept in a
-  // visually hidden paragraph after it (read in order by a screen reader, too).
+  // hidden paragraph after it: a screen reader reads it as the figure's description (aria-describedby reads
+  // hidden text), and it adds no words to the screen.
   function describe(i) {
     const alt = ALT[i] || {};
     for (const key of Object.keys(alt)) {
@@ -158,7 +165,7 @@ function espFirstMinute(root, run, opts) {
       if (!text) {
         text = document.createElement("p");
         text.id = "alt-" + key;
-        text.className = "esp-sr";
+        text.hidden = true;
         box.after(text);
         box.setAttribute("role", "figure");
         box.setAttribute("aria-describedby", text.id);
@@ -187,13 +194,21 @@ function espFirstMinute(root, run, opts) {
     light(p.view, scroll);
     sticky();
   }
+  // The story's parts shown or hidden as it is open or not (or the run has none to tell).
+  function storyParts() {
+    for (const id of ["story", "story-back", "story-next", "story-close"]) if ($(id)) $(id).hidden = !story.open;
+    if (!story.open) for (const b of actionButtons) b.hidden = true;
+    if ($("story-open")) {
+      $("story-open").hidden = story.open || !STORY;
+      if (STORY) $("story-open").textContent = "Tell the story of step " + STORY.step;
+    }
+    root.classList.toggle("esp-story-on", story.open);
+  }
   function openStory(open) {
-    if (!STORY) return;
+    if (!STORY || open === story.open && !open) return;
     story.open = open;
-    for (const id of ["story", "story-back", "story-next", "story-close"]) $(id).hidden = !open;
-    for (const b of actionButtons) b.hidden = true;
-    $("story-open").hidden = open;
-    root.classList.toggle("esp-story-on", open);
+    storyParts();
+    root.dispatchEvent(new CustomEvent("esp-story", {detail: {open}}));
     if (open) {
       if (guess.on) setPredict(false);
       story.phase = 0;
@@ -214,7 +229,7 @@ function espFirstMinute(root, run, opts) {
   const actions = Object.assign({
     play: () => { openStory(false); root.espShow(0); const play = $("play"); if (play) play.click(); },
   }, opts.actions || {});
-  if (STORY) {
+  if ($("story-next")) {
     $("story-back").onclick = () => phase(-1);
     $("story-next").onclick = () => phase(1);
     $("story-close").onclick = () => { openStory(false); $("story-open").focus(); };
@@ -404,7 +419,7 @@ function espFirstMinute(root, run, opts) {
     }
     showGuess();
   }
-  $("predict").onclick = () => setPredict(!guess.on);
+  $("predict").onclick = () => { if (PREDICT) setPredict(!guess.on); };
   $("reveal").onclick = reveal;
   $("guess-next").onclick = () => {
     root.espShow(nextGuessable(step + 1));
@@ -412,17 +427,32 @@ function espFirstMinute(root, run, opts) {
     if (b) b.focus();
   };
 
-  root.addEventListener("esp-step", (e) => {
-    const i = e.detail.step;
+  // Another run's data (the page opened another run): its story, guesses and texts; marks and scores start over.
+  function set(next) {
+    if (story.open && !next.story) openStory(false);
+    STORY = next.story || null; PREDICT = next.predict || null; ALT = next.alt || [];
+    guess.marks = {}; guess.results = {}; guess.drawn = null;
+    $("predict").hidden = !PREDICT;
+    storyParts();
+    if (guess.on && !PREDICT) setPredict(false);
+    else if (guess.on) showGuess();
+    if (step !== null) describe(step);
+  }
+  root.espFirst = {set, story: openStory, predict: (on) => { if (PREDICT || !on) setPredict(on); },
+                   open: () => story.open};
+
+  function onStep(i) {
     if (story.open && step === null && i !== STORY.step) { step = i; root.espShow(STORY.step); return; }
     step = i;
     describe(i);
     if (story.open && i !== STORY.step) openStory(false);
     else if (story.open) tell(false);
     if (guess.on) showGuess();
-  });
-  // The player may have shown its first step before this listened: the story's step is shown now (a player with
-  // no step yet shows it from its first, through the listener above).
-  if (STORY) { root.classList.add("esp-story-on"); root.espShow(STORY.step); }
+  }
+  root.addEventListener("esp-step", (e) => onStep(e.detail.step));
+  storyParts();
+  if (!PREDICT) $("predict").hidden = true;
+  // A player that showed its first step before this script was attached: that step, as if just shown.
+  if (root.esp && root.esp.step() >= 0) onStep(root.esp.step());
 }
 """

@@ -23,10 +23,11 @@ from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
 from components.align_plot import align_figure
 from components.export import read_trace_json, write_trace_json
-from components.frames import STYLE, Feed, run_data, step_frame
+from components.frames import STYLE, Feed, step_frame
 from components.lecture import write_lecture
 from components.mask_plot import mask_figure
 from components.stats import accept_hist_figure, run_summary, timing_figure
+from components.story_player import story_run
 from components.settings import KNOBS, RunSettings, knob_reasons
 from components.trace_schema import LABEL_CHARS
 from components.tree_plot import tree_figure
@@ -43,7 +44,7 @@ from explorer import batch, emulation, gpu, line
 from explorer.recipe import Recipe
 from explorer.requests import Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from explorer.session import Session
-from explorer.views import opened, payload, refusal, status
+from explorer.views import ACTIONS, opened, payload, player_data, refusal, status
 from explorer.worker import decode_once, rerun_step
 
 log = logging.getLogger("esp.app")
@@ -168,7 +169,7 @@ def open_trace(file: str | None, session: Session | None = None, step: int | Non
     candidate = Session(steps=steps, meta=meta)
     i = None if step is None else min(max(step, 0), len(steps) - 1)
     try:
-        shown = _shown(candidate, i=i, data=data or run_data(steps, meta))
+        shown = _shown(candidate, i=i, data=data or player_data(steps, meta))
     except Exception:  # noqa: BLE001 - a trace the schema let through but a view cannot draw is a bug here
         log.exception("a checked trace failed to render")
         return refusal("This trace could not be drawn: open a JSON file written by Export.", OPENED, "open_trace")
@@ -180,7 +181,7 @@ def open_trace(file: str | None, session: Session | None = None, step: int | Non
 def shipped_data(stem: str) -> dict:
     """A shipped trace's player data, made once per server: every page opens on one."""
     meta, steps = read_trace_json(SHIPPED[stem], LIMITS)
-    return run_data(steps, {**meta, "settings": meta.get("settings", meta.get("spec", steps[0].method))})
+    return player_data(steps, {**meta, "settings": meta.get("settings", meta.get("spec", steps[0].method))})
 
 
 # A shipped trace is named by its label (the page's list) or its file stem (a link, the tour).
@@ -341,7 +342,8 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
         session.meta["recipe"]["max_new_tokens"] = max(1, sum(len(s.emitted) for s in session.steps))
     session.meta["text"] = lm.tokenizer.decode([t for s in session.steps for t in s.emitted],
                                                skip_special_tokens=True)
-    yield status(session, state), message(True), session  # the last steps, and the whole run's views
+    # The last steps, the whole run's views, and (the run complete) its story and predict mode's data.
+    yield status(session, state), {**message(True), **story_run(session.steps, session.meta, ACTIONS)}, session
 
 
 def request_stop(session: Session | None) -> None:

@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from components.frames import run_data
 from components.limits import Limits
 from esp.errors import ESPError
 from esp.trace import StepTrace
@@ -36,7 +35,7 @@ from .calls import OPENED, whole
 from .door import visitor_of
 from .requests import LIMITS, Text
 from .session import Session
-from .views import opened, payload, refusal, refusal_line, status
+from .views import opened, payload, player_data, refusal, refusal_line, status
 
 log = logging.getLogger("esp.app")
 ROOM_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16): 128 random bits
@@ -57,14 +56,14 @@ class Room:
     visitor: str
     ends: float
     step: int = 0
-    data: dict | None = None  # the run for the player (components.frames.run_data), made at the first join
+    data: dict | None = None  # the run for the player (explorer.views.player_data), made at the first join
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def player_data(self) -> dict:
         """The room's run as its followers' players take it, made once however many join."""
         with self.lock:
             if self.data is None:
-                self.data = run_data(self.steps, self.meta)
+                self.data = player_data(self.steps, self.meta)
             return self.data
 
 

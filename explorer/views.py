@@ -5,18 +5,28 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Literal
+from typing import Literal, Mapping, Sequence
 
 import gradio as gr
 
 from components.common import md_text, toast_text
 from components.frames import run_data
 from components.stats import run_summary
+from components.story_player import story_run
+from esp.trace import StepTrace
 
 from .session import Session
 
 log = logging.getLogger("esp.app")
 _SEQ = itertools.count(1)
+# What the story offers once told on the page: play the run, or open the dashboard at the prompt box.
+ACTIONS = ("play", "prompt")
+
+
+def player_data(steps: Sequence[StepTrace], meta: Mapping) -> dict:
+    """A whole run as the page's player takes it: its frames and views (components.frames.run_data), and the
+    story of its step, predict mode's data and the figures' text equivalents (components.story_player)."""
+    return {**run_data(steps, meta), **story_run(steps, meta, ACTIONS)}
 
 
 def payload(**keys) -> dict:
@@ -27,9 +37,9 @@ def payload(**keys) -> dict:
 
 def opened(session: Session, i: int | None = None, data: dict | None = None) -> dict:
     """The session's whole run for the player, which then shows step i (default: the last); `data`: the run's
-    components.frames.run_data when it is already made (a shipped trace's, a room's)."""
+    player_data when it is already made (a shipped trace's, a room's)."""
     last = len(session.steps) - 1
-    return payload(reset=True, **(data or run_data(session.steps, session.meta)), show=last if i is None else i)
+    return payload(reset=True, **(data or player_data(session.steps, session.meta)), show=last if i is None else i)
 
 
 def status(session: Session, state: str = "done") -> str:

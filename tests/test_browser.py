@@ -32,7 +32,10 @@ def page(lm, request):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(url)
-        # Every test starts from a loaded page: a recorded run is on screen as soon as it opens, no model involved.
+        # Every test starts from a loaded page: a recorded run is on screen as soon as it opens, no model involved;
+        # its story on the first screen, the dashboard one click away (issue 47).
+        expect(page.locator("#story")).to_be_visible(timeout=HANG_MS)
+        page.locator("#dashboard").click()
         expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json", timeout=HANG_MS)
         choose(page, "model", "embedded")  # the opened run filled in its own model, too big for these runs
         yield page

@@ -25,14 +25,26 @@ def serious(page) -> list[tuple[str, list]]:
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_axe_finds_no_serious_violation_on_the_page_as_it_opens(served, theme):
+def test_axe_finds_no_serious_violation_on_the_page_as_it_opens_and_with_the_dashboard_open(served, theme):
+    """The first screen (the opening run's story), then every phase of the story, then the whole dashboard."""
     url, chromium = served
     page = chromium.new_page(viewport={"width": 1440, "height": 900})
     page.goto(f"{url}?__theme={theme}")
     page.wait_for_selector("#tree-plot .main-svg", timeout=HANG_MS)
-    page.wait_for_selector("#text-view .token", timeout=HANG_MS)
+    page.wait_for_selector("#story-text:not(:empty)", timeout=HANG_MS)
     assert page.evaluate("document.body.classList.contains('dark')") == (theme == "dark")
-    assert serious(page) == []
+    found = {"first screen": serious(page)}
+    while page.locator("#story-next").get_attribute("aria-disabled") != "true":
+        page.locator("#story-next").click()
+    found["last phase"] = serious(page)
+    page.locator("#dashboard").click()
+    page.wait_for_selector("#controls", state="visible", timeout=HANG_MS)
+    page.wait_for_selector("#text-view .token", timeout=HANG_MS)
+    found["dashboard"] = serious(page)
+    page.locator("#predict").click()
+    page.wait_for_selector("#guess-tree .guess-node", timeout=HANG_MS)
+    found["guessing"] = serious(page)
+    assert found == {"first screen": [], "last phase": [], "dashboard": [], "guessing": []}
     page.close()
 
 
@@ -53,6 +65,7 @@ def test_the_dark_text_views_light_colour_is_the_palettes_agreed_yellow():
     css = (ROOT / "assets" / "app.css").read_text()
     hex_rgb = lambda h: tuple(int(h[i : i + 2], 16) for i in (1, 3, 5))  # noqa: E731
     assert set(re.findall(r'\[style\*="(\d+), (\d+), (\d+)"\]', css)) == {tuple(map(str, hex_rgb(palette.AGREED)))}
+    assert set(re.findall(r'\[style\*="(#[0-9A-Fa-f]{6})" i\]', css)) == {palette.AGREED}  # the player's text
     background = hex_rgb("#1f2937")
     for color in {c for c in palette.TOGETHER["text"] if c.startswith("#")}:
         washed = _luminance(tuple((x + y) / 2 for x, y in zip(hex_rgb(color), background)))

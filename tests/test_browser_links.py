@@ -86,10 +86,12 @@ def test_the_page_opens_on_an_esp_run_with_its_alignment_and_prompt_and_no_model
 
     from explorer.calls import OPENING
 
+    from components.story import story_step
+
     page = fresh()
     opened = opening()
-    last = len(opened["steps"]) - 1
-    expect_step(page, last)
+    page.locator("#dashboard").click()  # the first screen tells the run's story; the dashboard is one click away
+    expect_step(page, story_step(opened["steps"]))  # at the step its story tells
     expect(page.locator("#status")).to_contain_text(f"recorded: {OPENING}.json")
     expect(page.locator("#method input")).to_have_value("esp")
     expect(page.locator("#prompt textarea")).to_have_value(opened["meta"]["prompt"])  # the prompt box too
@@ -259,6 +261,7 @@ def test_a_link_made_from_a_run_reproduces_it_in_a_fresh_browser(fresh, lm):
     from playwright.sync_api import expect
 
     page = fresh()
+    page.locator("#dashboard").click()
     # The opened run fills the controls once it is shown: edits made before that would be overwritten.
     expect(page.locator("#prompt textarea")).to_have_value(opening()["meta"]["prompt"], timeout=HANG_MS)
     choose(page, "model", "embedded")  # the opened run filled in its own model, too big to run here

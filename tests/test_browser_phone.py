@@ -21,6 +21,7 @@ def opened(served, viewport: dict):
     page = chromium.new_page(viewport=viewport)
     page.goto(url)
     page.wait_for_selector("#tree-plot .main-svg", timeout=HANG_MS)
+    page.locator("#dashboard").click()  # the first screen tells a story (tests/test_browser_story.py); the dashboard
     page.wait_for_function("() => document.getElementById('controls-toggle')", timeout=HANG_MS)
     page.wait_for_timeout(500)  # Plotly sizes its figures to the column
     page.evaluate("window.scrollTo(0, 0)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.browser, pytest.mark.app,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
 HANG_MS = 60_000
@@ -82,3 +83,38 @@ def test_a_follower_follows_the_presenters_step_until_it_scrubs(served):
     expect_step(student, 12)
     teacher.click("#room-end")
     expect(student.locator("#room-note")).to_contain_text("has ended", timeout=HANG_MS)
+
+
+def test_each_student_guesses_on_the_presenters_step(served):
+    """Predict mode in a room (issue 47): a follower's guesses are on the step the presenter shows, the verdict
+    hidden until its own Reveal, the score its own; guessing does not let go of the presenter."""
+    from playwright.sync_api import expect
+
+    from components.export import read_trace_json
+    from components.predict import predict_data
+
+    url, browser = served
+    meta, steps = read_trace_json(ROOT / "assets" / "trace_masks.json")
+    guessable = [i for i, d in enumerate(predict_data(steps, meta)["steps"]) if d]
+    a, b = guessable[3], guessable[4]
+    teacher = new_page(browser, url.rstrip("/") + f"/?trace=trace_masks&step={a}")
+    expect_step(teacher, a)
+    teacher.click("#room-start")
+    link = teacher.locator("#room-link input, #room-link textarea").first
+    expect(link).to_have_value(LINK, timeout=HANG_MS)
+    student = new_page(browser, link.input_value())
+    follow = student.locator("#follow input[type=checkbox]")
+    expect(follow).to_be_checked(timeout=HANG_MS)
+    expect_step(student, a)
+    student.click("#predict")
+    expect(student.locator("#guess-ask")).to_contain_text(f"Step {a},")
+    assert student.locator("#tree-plot").evaluate("el => getComputedStyle(el).visibility") == "hidden"
+    go_to(teacher, b)
+    expect(student.locator("#guess-ask")).to_contain_text(f"Step {b},", timeout=HANG_MS)  # the presenter's step
+    expect(follow).to_be_checked()
+    student.click("#reveal")
+    expect(student.locator("#guess-score")).to_contain_text("of 1 steps exactly right")
+    expect(student.locator("#guess-result")).to_contain_text("The verifier kept")
+    teacher.click("#room-end")
+    for page in (teacher, student):
+        page.context.close()

@@ -286,3 +286,219 @@ def test_a_crafted_trace_stays_text_in_the_story_and_the_guesses(browser, tmp_pa
     assert page.locator("#story img, #predict-panel img, #predict-panel script, .esp-sr img").count() == 0
     assert re.search(r"<img src=x", page.locator("#alt-tree").text_content())  # the description: text too
     page.context.close()
+
+
+# ---------------------------------------------------------------- the app's page (issue 47): the same story and
+# predict mode on the page's player, served with no model call (the page opens on a shipped trace)
+
+DESKTOP = {"width": 1440, "height": 900}
+# Every text node drawn on screen outside the figures (Plotly's and the player's boxes), as a visitor reads it (text
+# for screen readers only, in a box of a pixel, aside).
+WORDS_ON_SCREEN = """() => {
+  const out = [], walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!el || !n.textContent.trim() || el.closest(".js-plotly-plot, svg, script, style, [data-figure]")) continue;
+    const style = getComputedStyle(el), box = el.getBoundingClientRect();
+    if (style.visibility === "hidden" || style.opacity === "0" || box.width <= 1 || box.height <= 1) continue;
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    const seen = [...range.getClientRects()].some((r) => r.width > 1 && r.height > 1 && r.bottom > 0
+      && r.top < innerHeight && r.right > 0 && r.left < innerWidth);
+    if (seen) out.push(n.textContent.trim());
+  }
+  return out;
+}"""
+# The page's element for each view a story phase names (assets/explorer.js VIEWS).
+PAGE_VIEWS = {"tree": "tree-plot", "mask": "mask-plot", "eye": "eye-plot", "lens": "lens-plot", "text": "text-view"}
+
+
+def on_screen(locator, viewport: dict) -> bool:
+    box = locator.bounding_box()
+    return bool(box) and box["height"] > 0 and box["y"] < viewport["height"] and box["y"] + box["height"] > 0
+
+
+def app_page(served, query: str = "", viewport: dict = DESKTOP):
+    """The app's page as a new visitor opens it (a fresh browser context), once its tree is drawn."""
+    from playwright.sync_api import expect
+
+    url, chromium = served
+    page = chromium.new_page(viewport=viewport)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + query)
+    expect(page.locator("#tree-plot .main-svg").first).to_be_visible(timeout=HANG_MS)
+    page.errors = errors
+    return page
+
+
+@pytest.fixture(scope="module")
+def told(run):
+    from components.story import story
+    from explorer.views import ACTIONS
+
+    meta, steps = run
+    return story(steps, meta, actions=ACTIONS)
+
+
+@pytest.mark.app
+def test_the_pages_first_screen_tells_the_opening_runs_story(served, told):
+    from playwright.sync_api import expect
+
+    page = app_page(served)
+    expect(page.locator("#story-text")).to_have_text(told["phases"][0]["text"], timeout=HANG_MS)
+    page.wait_for_timeout(500)  # Plotly sizes its figures to the column
+    assert page.evaluate("window.espExplorer.shown()") == told["step"]  # the story's step, not the run's last
+    words = page.evaluate(WORDS_ON_SCREEN)
+    assert sum(len(t.split()) for t in words) <= 120, words
+    for hidden in ("#controls", "#status", "#scrub-row", "#tabs [role=tablist]", "#glossary", "#room-row"):
+        expect(page.locator(hidden).first).to_be_hidden()  # the dashboard waits one click away
+    expect(page.locator("#dashboard")).to_be_visible()
+    seen = []
+    for n, phase in enumerate(told["phases"]):
+        if n:
+            page.locator("#story-next").click()
+        expect(page.locator("#story-text")).to_have_text(phase["text"])
+        text = page.locator("#story").inner_text()
+        assert phase["name"] in text and text not in seen
+        seen.append(text)
+        assert on_screen(page.locator("#story"), DESKTOP)  # the story stays in view over what it lights
+        lit = page.locator(".esp-spotlight")
+        expect(lit).to_have_count(1)
+        assert lit.get_attribute("id") == PAGE_VIEWS[phase["view"]]
+        expect(lit).to_be_visible()
+        page.wait_for_function("(id) => { const r = document.getElementById(id).getBoundingClientRect(); "
+                               "return r.top < innerHeight && r.bottom > 0; }", arg=lit.get_attribute("id"),
+                               timeout=HANG_MS)  # scrolled into view
+    assert len(set(seen)) >= 4
+    for action in ("#story-play", "#story-prompt"):  # the last phase offers the next actions
+        expect(page.locator(action)).to_be_visible()
+    expect(page.locator("#story-prompt")).to_have_text("Try your own prompt")
+    page.locator("#story-prompt").click()  # ... which opens the dashboard at the prompt box
+    expect(page.locator("#controls")).to_be_visible()
+    assert page.evaluate("document.activeElement.closest('#prompt') !== null")
+    assert page.errors == []
+    page.close()
+
+
+@pytest.mark.app
+def test_the_dashboard_is_one_click_away_with_every_view_and_knob(served, told, run):
+    from playwright.sync_api import expect
+
+    meta, steps = run
+    page = app_page(served)
+    expect(page.locator("#story")).to_be_visible(timeout=HANG_MS)
+    page.locator("#dashboard").click()
+    for shown in ("#controls", "#status", "#scrub-row", "#play-row", "#step-words", "#tabs [role=tablist]",
+                  "#glossary", "#room-start", "#run", "#text-view", "#stats", "#eye-plot", "#cost-plot",
+                  "#align-plot", "#lens-plot", "#lens-rank-plot", "#commit-plot", "#hist-plot", "#timing-plot",
+                  "#prompt", "#method", "#k", "#bc", "#lam"):
+        expect(page.locator(shown).first).to_be_visible()
+    expect(page.locator("#dashboard")).to_be_hidden()
+    expect(page.locator("#story")).to_be_hidden()  # the story is one button away again
+    expect(page.locator("#story-open")).to_have_text(f"Tell the story of step {told['step']}")
+    expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")
+    page.wait_for_function(f"() => location.search.includes('step={told['step']}')", timeout=HANG_MS)
+    # The knobs a first run does not need are folded until asked for.
+    folded = {"Masks and tree": ("#init", "#tree"), "Decoding": ("#mode", "#max-new")}
+    for accordion, knobs in folded.items():
+        for knob in knobs:
+            expect(page.locator(knob)).to_be_hidden()
+        page.get_by_text(accordion, exact=True).click()
+        for knob in knobs:
+            expect(page.locator(knob)).to_be_visible()
+    page.locator("#story-open").click()  # the story again, over the dashboard
+    expect(page.locator("#story-text")).to_have_text(told["phases"][0]["text"])
+    assert page.errors == []
+    page.close()
+
+
+@pytest.mark.app
+def test_predict_on_the_page_scores_a_guess_on_a_recorded_run(served, run):
+    from playwright.sync_api import expect
+
+    from components.predict import predict_data
+    from explorer.calls import SHIPPED
+
+    meta, steps = run
+    data = predict_data(steps, meta)["steps"]
+    page = app_page(served)
+    expect(page.locator("#predict")).to_be_visible(timeout=HANG_MS)
+    page.locator("#predict").click()  # from the first screen: the dashboard, guessing from the first drafts
+    expect(page.locator("#predict-panel")).to_be_visible()
+    expect(page.locator("#step-label")).to_have_text(f"Step 1 of {len(steps) - 1}")
+    for veiled in ("#tree-plot", "#mask-plot", "#eye-plot", "#text-view"):  # the verdict's views wait
+        assert page.locator(veiled).evaluate("el => getComputedStyle(el).visibility") == "hidden", veiled
+    expect(page.locator("#guess-tree .guess-node")).to_have_count(len(data[1]["nodes"]) - 1)
+    for i in data[1]["kept"]:
+        page.locator(f'#guess-tree [data-node="{i}"]').click()
+    page.locator("#reveal").click()
+    expect(page.locator("#guess-result")).to_contain_text("Right!")
+    kept = len(data[1]["kept"])
+    expect(page.locator("#guess-score")).to_have_text(
+        f"Score: 1 of 1 steps exactly right · found {kept} of {kept} kept drafts · 0 wrong marks.")
+    expect(page.locator("#tree-plot [data-figure=tree]")).to_be_visible()
+    page.locator("#guess-next").click()  # no mark at all on the next step with drafts
+    nxt = next(i for i in range(2, len(data)) if data[i])
+    expect(page.locator("#step-label")).to_have_text(f"Step {nxt} of {len(steps) - 1}")
+    page.locator("#reveal").click()
+    right = not data[nxt]["kept"]
+    expect(page.locator("#guess-score")).to_contain_text(f"Score: {1 + right} of 2 steps exactly right")
+    page.close()
+
+    # Another recorded run, opened by its link: its own guesses (the page's data follows the run on screen).
+    other_meta, other_steps = read_trace_json(SHIPPED["trace_masks"])
+    other = predict_data(other_steps, other_meta)["steps"]
+    at = next(i for i in range(3, len(other)) if other[i])
+    page = app_page(served, f"?trace=trace_masks&step={at}")
+    expect(page.locator("#controls")).to_be_visible(timeout=HANG_MS)  # a link to a step opens the dashboard
+    page.locator("#predict").click()
+    expect(page.locator("#step-label")).to_have_text(f"Step {at} of {len(other_steps) - 1}")
+    expect(page.locator("#guess-tree .guess-node")).to_have_count(len(other[at]["nodes"]) - 1)
+    assert page.errors == []
+    page.close()
+
+
+@pytest.mark.app
+def test_on_a_phone_the_pages_story_is_on_the_first_screen_and_nothing_overflows(served):
+    from playwright.sync_api import expect
+
+    page = app_page(served, viewport=PHONE)
+    expect(page.locator("#story-text")).not_to_be_empty(timeout=HANG_MS)
+    page.wait_for_timeout(500)  # Plotly sizes its figures to the column
+    page.evaluate("window.scrollTo(0, 0)")
+    for sel in ("#story", "#story-next", "#predict"):
+        box = page.locator(sel).bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= PHONE["height"], (sel, box)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # no sideways scrolling
+    page.locator("#story-next").click()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    page.locator("#dashboard").click()
+    expect(page.locator("#controls-toggle")).to_be_visible()
+    page.wait_for_timeout(500)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    page.close()
+
+
+@pytest.mark.app
+def test_the_tours_card_stays_in_view_beside_each_stop(served):
+    from playwright.sync_api import expect
+
+    from components.tour import load_tour
+
+    stops = load_tour()
+    page = app_page(served)
+    page.locator("#tour").click()
+    text = page.locator("#tour-text")
+    for n, stop in enumerate(stops, 1):
+        if n > 1:
+            page.locator("#tour-next").click()
+        expect(text).to_contain_text(f"stop {n} of {len(stops)}", timeout=HANG_MS)
+        expect(page.locator(f"#{stop.view}.esp-spotlight")).to_have_count(1, timeout=HANG_MS)
+        page.wait_for_timeout(800)  # the scroll to the view
+        card = page.locator("#tour-panel").bounding_box()
+        view = page.locator(f"#{stop.view}").bounding_box()
+        assert 0 <= card["y"] and card["y"] + card["height"] <= DESKTOP["height"], (n, card)
+        assert view["y"] < DESKTOP["height"] and view["y"] + view["height"] > 0, (n, stop.view, view)
+    assert page.errors == []
+    page.close()

@@ -32,6 +32,21 @@ def test_link_opens_a_shipped_trace_at_its_step_and_tab():
     assert again[1]["frames"] is out[1]["frames"] and again[1]["seq"] != out[1]["seq"]  # made once per server
 
 
+def test_every_opened_run_brings_its_story_and_its_guesses():
+    """The page's player data (explorer.views.player_data): the run's frames with its story (told on the first
+    screen, closing on the page's two actions), predict mode's data and the figures' texts, for every step."""
+    from components.story import story_step
+
+    first = lesson.open_link(Session(), None)[1]
+    steps = first["frames"]
+    assert first["story"]["step"] == story_step(lesson.open_link(Session(), None)[-3].steps)
+    assert [a["id"] for a in first["story"]["actions"]] == ["play", "prompt"]
+    assert len(first["predict"]["steps"]) == len(first["alt"]) == len(steps)
+    other = lesson.open_link(Session(), link(trace="trace_copy"))[1]  # another run: its own guesses
+    assert len(other["predict"]["steps"]) == len(other["frames"]) != len(steps)
+    json.dumps(first)  # the player takes it as JSON
+
+
 @pytest.mark.parametrize("query, says, step", [
     (dict(trace="trace_masks", step="999"), "trace_masks has steps 0-24, not 999", 24),
     (dict(trace="trace_masks", step="-3"), "not -3", 0),
