@@ -239,6 +239,7 @@ def _controls(page: SimpleNamespace) -> None:
         page.k = gr.Slider(**rq.K.slider(), label="k", info=KNOB_INFO["k"], elem_id="k")
         page.bc = gr.Slider(**rq.BC.slider(), label="BC", info=KNOB_INFO["bc"], elem_id="bc")
         page.lam = gr.Slider(**rq.LAM.slider(), label="λ", info=KNOB_INFO["lam"], elem_id="lam")
+        page.max_new = gr.Slider(**rq.MAX_NEW.slider(), label="max new tokens", elem_id="max-new")
         # Folded until asked for: a first run needs none of them (issue 47).
         with gr.Accordion("Masks and tree", open=False, elem_id="masks-and-tree"):
             page.init = gr.Radio(list(rq.INIT.options), value=rq.INIT.default, label="Mask init",
@@ -254,7 +255,6 @@ def _controls(page: SimpleNamespace) -> None:
             page.temperature = gr.Slider(**rq.TEMPERATURE.slider(), label="temperature")
             page.top_p = gr.Slider(**rq.TOP_P.slider(), label="top-p")
             page.seed = gr.Number(rq.SEED.default, precision=0, minimum=rq.SEED.low, maximum=rq.SEED.high, label="seed")
-            page.max_new = gr.Slider(**rq.MAX_NEW.slider(), label="max new tokens", elem_id="max-new")
             page.layouts = gr.Radio(list(rq.LAYOUT.options), value=rq.LAYOUT.default, label="Mask construction")
         with gr.Row():
             page.run = gr.Button("Run", variant="primary", elem_id="run")
