@@ -30,10 +30,11 @@ def client(lm, request):
 
 @pytest.fixture(scope="module")
 def streamed(client):
-    """Every update of one streamed k=2, BC=30 run."""
+    """Every update of one streamed k=2, BC=30 run, from its first step on (before it, a run may be told its
+    place in the model's line, with no message to the player: tests/test_class.py)."""
     job = client.submit(prompt=PROMPT, api_name="/generate", **SHORT)
     job.result()
-    return job.outputs()
+    return [o for o in job.outputs() if not str(o[0]).startswith("**Waiting for the model**")]
 
 
 def _figure(output: dict) -> dict:
