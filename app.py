@@ -143,7 +143,7 @@ def build_app() -> gr.Blocks:
         page = SimpleNamespace(session=gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=free_session))
         _header(page)
         _room_controls(page)
-        with gr.Row():
+        with gr.Row(elem_id="main-row"):
             _controls(page)
             with gr.Column(scale=3, min_width=320, elem_id="views", elem_classes="esp-player"):
                 _step_views(page)

@@ -248,6 +248,8 @@
       if (e.target.closest?.("#copy-link")) api.copyLink();
       if (e.target.closest?.("#dashboard, #tour")) api.dashboard();  // the tour walks the whole page
     });
+    // A control used below the story (assets/first.css keeps them there on a wide page): the whole page, to run.
+    document.addEventListener("focusin", (e) => { if (e.target.closest?.("#controls")) api.dashboard(); });
     // Phones: the controls wait behind this toggle, at the top of the page (app.css hides them there).
     const controls = byId("controls");
     if (controls && !byId("controls-toggle")) {

@@ -351,8 +351,10 @@ def test_the_pages_first_screen_tells_the_opening_runs_story(served, told):
     assert page.evaluate("window.espExplorer.shown()") == told["step"]  # the story's step, not the run's last
     words = page.evaluate(WORDS_ON_SCREEN)
     assert sum(len(t.split()) for t in words) <= 120, words
-    for hidden in ("#controls", "#status", "#scrub-row", "#tabs [role=tablist]", "#glossary", "#room-row"):
+    for hidden in ("#status", "#scrub-row", "#tabs [role=tablist]", "#glossary", "#room-row"):
         expect(page.locator(hidden).first).to_be_hidden()  # the dashboard waits one click away
+    controls = page.locator("#controls").bounding_box()  # below the story's screen, a scroll away (first.css)
+    assert controls and controls["y"] >= page.viewport_size["height"], controls
     expect(page.locator("#dashboard")).to_be_visible()
     seen = []
     for n, phase in enumerate(told["phases"]):
