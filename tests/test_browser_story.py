@@ -402,7 +402,7 @@ def test_the_dashboard_is_one_click_away_with_every_view_and_knob(served, told, 
     expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")
     page.wait_for_function(f"() => location.search.includes('step={told['step']}')", timeout=HANG_MS)
     # The knobs a first run does not need are folded until asked for.
-    folded = {"Masks and tree": ("#init", "#tree"), "Decoding": ("#mode", "#max-new")}
+    folded = {"Masks and tree": ("#init", "#tree"), "Decoding": ("#mode",)}
     for accordion, knobs in folded.items():
         for knob in knobs:
             expect(page.locator(knob)).to_be_hidden()

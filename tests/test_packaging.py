@@ -81,7 +81,7 @@ def test_an_installed_wheel_plays_a_trace_without_the_checkout(wheel, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     page = (tmp_path / "lecture.html").read_text()
-    assert r.stdout.strip().endswith("lecture.html") and "function espPlayer(" in page and 'id="esp-frames"' in page
+    assert r.stdout.strip().endswith("lecture.html") and "function espPlayer(" in page and 'id="esp-run"' in page
 
 
 def _imports(path, top_level_only: bool) -> set[str]:
