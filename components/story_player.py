@@ -75,7 +75,10 @@ STORY_CSS = """
 .esp-player #story-close { position: absolute; top: .3em; right: .4em; padding: .1em .5em; }
 .esp-player #story-title { padding-right: 2.2em; }
 .esp-player .fm-controls [aria-disabled="true"] { opacity: .6; cursor: default; }
-.esp-player #predict[aria-pressed="true"] { background: {{mark}}; color: #fff; border-color: {{mark}}; }
+.esp-player #predict[aria-pressed="true"], #first-minute .fm-controls > #predict[aria-pressed="true"] {
+  background: {{mark}}; color: #fff; border-color: {{mark}}; }
+/* Pressed or not at once: a fade through mid tones would show text that does not read on its background. */
+.esp-player #predict, #first-minute .fm-controls > button { transition: none; }
 .esp-player.esp-story-on #words { display: none; }
 .esp-player .esp-veiled { visibility: hidden; }
 .esp-player .esp-spotlight { outline: 3px solid {{focus}}; outline-offset: 4px; border-radius: 6px; }
