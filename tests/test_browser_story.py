@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -50,6 +51,20 @@ def opened(browser, lecture, **context):
     return page
 
 
+def phases_told(page, told: dict, seen: list) -> Iterator[dict]:
+    """Turn the story's pages with #story-next, each showing its phase's text under a new title; yields each phase
+    once it shows (its texts go into `seen`)."""
+    from playwright.sync_api import expect
+
+    for n, phase in enumerate(told["phases"]):
+        if n:
+            page.locator("#story-next").click()
+        expect(page.locator("#story-text")).to_have_text(phase["text"])
+        text = page.locator("#story").inner_text()
+        assert phase["name"] in text and text not in seen
+        seen.append(text)
+        yield phase
+
 def test_the_story_turns_its_pages_and_lights_what_each_names(browser, lecture, run):
     from playwright.sync_api import expect
 
@@ -61,13 +76,7 @@ def test_the_story_turns_its_pages_and_lights_what_each_names(browser, lecture, 
     expect(page.locator("#step-label")).to_have_text(f"Step {told['step']} of {len(steps) - 1}")  # opens on it
     boxes = {"tree": "[data-figure=tree]", "mask": "[data-figure=mask]", "eye": "[data-figure=eye]", "text": "#text", "lens": "[data-figure=lens]"}
     seen = []
-    for n, phase in enumerate(told["phases"]):
-        if n:
-            page.locator("#story-next").click()
-        expect(page.locator("#story-text")).to_have_text(phase["text"])
-        text = page.locator("#story").inner_text()
-        assert phase["name"] in text and text not in seen
-        seen.append(text)
+    for phase in phases_told(page, told, seen):
         lit = page.locator(".esp-spotlight")
         expect(lit).to_have_count(1)
         assert lit.evaluate("(el, sel) => el.matches(sel)", boxes[phase["view"]])
@@ -357,13 +366,7 @@ def test_the_pages_first_screen_tells_the_opening_runs_story(served, told):
     assert controls and controls["y"] >= page.viewport_size["height"], controls
     expect(page.locator("#dashboard")).to_be_visible()
     seen = []
-    for n, phase in enumerate(told["phases"]):
-        if n:
-            page.locator("#story-next").click()
-        expect(page.locator("#story-text")).to_have_text(phase["text"])
-        text = page.locator("#story").inner_text()
-        assert phase["name"] in text and text not in seen
-        seen.append(text)
+    for phase in phases_told(page, told, seen):
         assert on_screen(page.locator("#story"), DESKTOP)  # the story stays in view over what it lights
         lit = page.locator(".esp-spotlight")
         expect(lit).to_have_count(1)
