@@ -19,7 +19,7 @@ from conftest import ARCHS, ROOT
 from esp.budget.cost import CostCurve, padded
 from esp.budget.batch import BatchPadding, BatchWidth, Budgeted
 from esp.budget.width import by_rows, choose
-from esp.decoding.batch import BatchDecoder
+from esp.decoding.batch import BatchDecoder, LiveBatch
 from esp.decoding.drafter import Budget, Context, Offer
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
@@ -437,7 +437,7 @@ def test_a_batch_whose_rows_fall_to_an_expensive_width_is_fed_padded_and_keeps_i
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("spec", ["ar", "hybrid:bc=auto", "esp:k=2:bc=12", "lade"])
-def test_more_prompts_than_the_batch_size_join_as_rows_end_and_keep_their_tokens(tiny_lm, arch, spec):
+def test_more_prompts_than_the_batch_size_join_as_rows_end_and_keep_their_tokens(tiny_lm, arch, spec, monkeypatch):
     """Seven prompts, at most three in flight: a row that ends gives its place to the next prompt (its prefill a
     forward of its own, then its cache rows join the batch's), and every prompt gets the tokens it gets alone."""
     lm = tiny_lm(arch)
@@ -449,15 +449,18 @@ def test_more_prompts_than_the_batch_size_join_as_rows_end_and_keep_their_tokens
     dec = BatchDecoder(lm, drafters, max_new_tokens=30, planner=planner, batch_size=3)
     for row, n in zip(dec.rows, limits):
         row.max_new_tokens = n
-    fed = []
-    forward = lm.forward
+    fed, steps = [], []
+    forward, step = lm.forward, LiveBatch.step
     lm.forward = lambda embeds, *a, **k: fed.append(embeds.shape[0]) or forward(embeds, *a, **k)
+    monkeypatch.setattr(LiveBatch, "step", lambda batch, refill=False: steps.append((len(batch.runs), refill))
+                        or step(batch, refill))
     try:
         got = dec.generate(prompts)
     finally:
         del lm.forward
     assert [x.tokens for x in got] == alone
-    assert max(fed) == 3 and fed.count(3) > len(fed) // 2  # the batch stays full while prompts wait
+    assert max(fed) == 3 and any(refill for _, refill in steps)
+    assert all(rows == 3 for rows, refill in steps if refill), steps  # the batch stays full while prompts wait
     assert len(fed) < sum(x.summary.forwards for x in got) / 2
 
 
