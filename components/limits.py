@@ -15,11 +15,28 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from esp.errors import ESPError
 from esp.models.loader import EMBEDDED, in_local_cache
 from esp.models.offline import offline_models
+
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cores(cpu_max: Path = CPU_MAX) -> int:
+    """The CPU cores this process may use: its affinity, capped by its container's cgroup (v2) CPU quota, which a
+    Space sets and os.cpu_count() does not see (it names the host's cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, int(quota) // int(period))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota here
+    return max(1, cores)
+
 
 # Small Hub models offered on a Space (which has network access) besides the embedded one.
 SPACE_MODELS = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen3-0.6B")
@@ -89,10 +106,10 @@ class Limits:
     line_size: int = 64
     # Runs decoded together in one batch, each a row of its own (explorer.batch): a class, every student at once.
     batch_rows: int = 32
-    # torch CPU threads for decoding. One core is left to the web server (and, on a laptop, the browser):
-    # with every core in torch's pool, a busy 2-core machine made steps 5x slower (pool threads spin-wait
-    # for a core) and Stop, which acts at step boundaries, took seconds.
-    threads: int = max(1, (os.cpu_count() or 1) - 1)
+    # torch CPU threads for decoding: every core this process may use. Since the page's player draws in the
+    # browser, the server's own work beside a decode is small; on two cores, against one thread, a class of 30
+    # finished in 41.6 s instead of 73.0 s and Stop ended a BC=60 run within 0.7 s (docs/BENCHMARKS.md).
+    threads: int = usable_cores()
     # Per visitor (one address, explorer.door), checked before anything is queued: runs (Run, Compare,
     # What-if) queued or running; requests of any kind waiting in the queue (its share of queue_size); and
     # sessions open. A school's class reaches the server through one address (NAT), so these are ceilings

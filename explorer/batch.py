@@ -4,7 +4,8 @@ every view it records alone (the attention pattern, the alignment, the Mask Lens
 row's tokens and traces are what that prompt gives alone.
 
 `updates` is what `explorer.calls.generate` iterates in place of `explorer.worker.run_steps`, with the same updates
-({"meta"}, then {"step", "clock"} per step, then {"end"}, or {"error"}), and, while the run waits for the model,
+({"meta"}, then {"step", "clock"} per step, then {"end"}, or {"error"}; a row's "step" is its StepTrace, not the
+dict a worker process sends), and, while the run waits for the model,
 {"wait": status line} whenever its place or estimate changes (explorer.line). One thread, started with the first
 run, decodes the batch: a row joins between two steps (its prefill a forward of its own), and leaves after the step
 in which it ended, its Stop was pressed or its page went away, the other rows going on. A run the batch engine
@@ -231,7 +232,7 @@ def _relay(first: dict, row: Row) -> Iterator[dict]:
     update = first
     while True:
         if "trace" in update:
-            yield {"step": update["trace"].to_dict(), "clock": update["clock"]}
+            yield {"step": update["trace"], "clock": update["clock"]}  # in this process: the trace itself
         else:
             yield update
             if "end" in update or "error" in update:

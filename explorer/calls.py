@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from components.common import md_text
+from components.common import as_step, md_text
 from components.compare_view import compare_figure, compare_rows
 from components.cost_view import ratio, step_width
 from components.align_plot import align_figure
@@ -322,7 +322,7 @@ def generate(prompt: str, k: float = 2, bc: float = 30, lam: float = 0.1, model:
                 if "end" in update:
                     state = update["end"]
                     continue
-                session.add(StepTrace.from_dict(update["step"]), update["clock"])
+                session.add(as_step(update["step"]), update["clock"])
                 now = time.monotonic()
                 if now - last_fast < UPDATE_S:
                     continue  # stored; the page gets it with the next update

@@ -83,7 +83,7 @@ def the_class(url: str, students: int, tokens: int, timeout: float) -> list[dict
 
 def app_vs_engine(url: str, rounds: int, tokens: int) -> dict:
     """Interleaved rounds of one run through the app and the same call to esp.decode(views=True) here, with the
-    server's torch threads (LIMITS.threads: it leaves a core to the web server) and with every core."""
+    server's torch threads (LIMITS.threads, ESP_APP_THREADS: by default every usable core) and with every core."""
     import torch
 
     import esp

@@ -12,6 +12,7 @@ import pytest
 from components.settings import RunSettings
 from conftest import repeated_prompt
 from esp.decoding.engine import Decoder
+from components.common import as_step
 from esp.trace import StepTrace
 from explorer import batch, calls
 from explorer.batch import SharedBatch
@@ -86,7 +87,7 @@ def run_class(lm, settings: list[RunSettings], per_run: dict[int, dict] | None =
 
 
 def steps_of(out: list[dict]) -> list[StepTrace]:
-    return [StepTrace.from_dict(u["step"]) for u in out if "step" in u]
+    return [as_step(u["step"]) for u in out if "step" in u]
 
 
 def test_a_class_decoded_together_gives_every_row_its_prompts_tokens_traces_and_views_alone(shared):

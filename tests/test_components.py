@@ -482,3 +482,23 @@ def test_installed_offline_models_are_offered_and_others_not(monkeypatch):
     assert limits.Limits.from_env({}).models[:2] == ("embedded", "qwen2.5-coder-0.5b")
     monkeypatch.setattr(limits, "offline_models", lambda: ["embedded"])
     assert "qwen2.5-coder-0.5b" not in limits.Limits.from_env({}).models
+
+
+def test_the_servers_torch_threads_are_the_cores_it_may_use(tmp_path):
+    """Every core of the process's affinity, capped by a container's cgroup CPU quota (a Space's 2 vCPUs on a
+    host whose os.cpu_count() is larger); at least one."""
+    import os
+
+    from components.limits import usable_cores
+
+    mine = len(os.sched_getaffinity(0))
+    cpu_max = tmp_path / "cpu.max"
+    assert usable_cores(cpu_max) == mine  # no quota file
+    cpu_max.write_text("max 100000\n")
+    assert usable_cores(cpu_max) == mine
+    cpu_max.write_text("100000 100000\n")
+    assert usable_cores(cpu_max) == 1
+    cpu_max.write_text("50000 100000\n")
+    assert usable_cores(cpu_max) == 1  # half a core still gets one thread
+    cpu_max.write_text(f"{(mine + 8) * 100000} 100000\n")
+    assert usable_cores(cpu_max) == mine  # a quota above the affinity does not add cores
