@@ -61,7 +61,8 @@ def wait_for(url: str, server: subprocess.Popen, timeout: float = 300) -> Client
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise SystemExit(f"app.py exited: {server.stderr.read()[-2000:]}")
+            said = server.stderr.read()[-2000:] if server.stderr else f"exit status {server.returncode}"
+            raise SystemExit(f"app.py exited: {said}")
         try:
             return Client(url, verbose=False)
         except Exception:  # noqa: BLE001 - not up yet
