@@ -147,12 +147,14 @@ def test_keys_reach_the_tokens_and_the_tree_nodes(fresh):
     expect_step(page, 2)  # the arrows moved the cursor, not the step
 
 
-def hover_click(page, plot: str, at: dict) -> None:
+def hover_click(page, plot: str, at: dict, row: int | None = None) -> None:
     """Move the mouse to `at` on figure `plot`, wait until Plotly has the point under it (a click goes to the point
-    last hovered: a busy machine computes the hover later than the move), then click."""
+    last hovered: a busy machine computes the hover later than the move, and a hover from before the move can land
+    after it: with `row`, wait for a point of that heatmap row), then click."""
     page.evaluate(f"() => {{ document.querySelector('{plot} .js-plotly-plot')._hoverdata = null; }}")
     page.mouse.move(at["x"], at["y"])
-    page.wait_for_function(f"() => (document.querySelector('{plot} .js-plotly-plot')._hoverdata || []).length > 0",
+    page.wait_for_function(f"""(row) => (document.querySelector('{plot} .js-plotly-plot')._hoverdata || [])
+        .some((p) => row === null || (Array.isArray(p.pointNumber) && p.pointNumber[0] === row))""", arg=row,
                            timeout=HANG_MS)
     page.mouse.click(at["x"], at["y"])
 
@@ -163,7 +165,7 @@ def click_row(page, row: int) -> None:
         const p = document.querySelector('#mask-plot .js-plotly-plot'), box = p.getBoundingClientRect();
         const x = p._fullLayout.xaxis, y = p._fullLayout.yaxis;
         return {x: box.left + x._offset + x._length / 2, y: box.top + y._offset + y.l2p(r)}; }""", row)
-    hover_click(page, "#mask-plot", at)
+    hover_click(page, "#mask-plot", at, row)
 
 
 def test_a_click_on_an_attention_row_focuses_its_node(fresh):
