@@ -30,7 +30,7 @@ from explorer.calls import KNOB_INFO, TRACES
 from explorer.recipe import RUNNING
 from explorer.requests import LIMITS
 from explorer.session import Session, free_session
-from explorer.views import refusal_error
+from explorer.views import refusal_error, sends_json
 
 log = logging.getLogger("esp.app")
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -47,7 +47,8 @@ RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "vie
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 # The hidden box the server's messages to the player arrive in (explorer.views.payload); the page's script feeds
 # each to the player.
-FEED_JS = "watch('value', () => { if (props.value) window.espExplorer?.feed(props.value); });"
+FEED_JS = ("watch('value', () => { const v = props.value;"
+           " if (v) window.espExplorer?.feed(typeof v === 'string' ? JSON.parse(v) : v); });")
 
 
 # Stop says so in the page at once, before the server answers (a busy 2-core machine can take a while):
@@ -205,7 +206,8 @@ def _header(page: SimpleNamespace) -> None:
     page.link = gr.State(None)
     # The player's data (explorer.views.payload, fed to the player by FEED_JS), and a place for the step it shows
     # in the inputs of the events that need it (shown_js).
-    page.player = gr.HTML(None, html_template="", js_on_load=FEED_JS, elem_id="player-data", visible="hidden")
+    page.player = sends_json(gr.HTML(None, html_template="", js_on_load=FEED_JS, elem_id="player-data",
+                                     visible="hidden"))
     page.shown = gr.Number(None, precision=0, visible="hidden", elem_id="shown")
 
 

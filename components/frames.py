@@ -192,11 +192,16 @@ class Feed:
         return delta
 
 
-def held(messages: Sequence[Mapping]) -> list[dict]:
+def message(value: str | Mapping) -> Mapping:
+    """A message to the player as a dict: an API caller receives each as a JSON string (explorer.views.sends_json)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def held(messages: Sequence[str | Mapping]) -> list[dict]:
     """The frames a player holds after the server's `messages` in order (what its feed does with them): a reset
     starts over; a frame's keys sent again replace its old ones. For readers of the API (the tests, a class's run)."""
     frames: list[dict] = []
-    for m in messages:
+    for m in map(message, messages):
         if m.get("reset"):
             frames = []
         items = enumerate(m["frames"]) if isinstance(m.get("frames"), list) else (m.get("frames") or {}).items()

@@ -20,8 +20,11 @@ import functools
 import inspect
 import logging
 import multiprocessing
+import os
+import stat
 import time
 import traceback
+from pathlib import Path
 from typing import Callable, Iterator
 
 import gradio as gr
@@ -89,8 +92,22 @@ def unguard() -> None:
     _saved.clear()
 
 
+def _close_inherited_sockets(keep: int) -> None:
+    """Close the web server's sockets the fork copied (its listening socket, its visitors' connections), all but
+    the worker's pipe `keep`. A copy held here keeps a connection open after the server closes it: the browser, never
+    told, sends its next request (a Stop) on it, and nobody reads it."""
+    fds = Path("/proc/self/fd")
+    for fd in (int(p.name) for p in fds.iterdir()) if fds.is_dir() else ():
+        try:
+            if fd != keep and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass  # the listing's own descriptor, gone by now
+
+
 def _serve(fn: Callable, conn, stop) -> None:
     """The worker: unpatch, take the pickled arguments, send back every result (or the error's class)."""
+    _close_inherited_sockets(conn.fileno())
     unguard()
     try:
         args, kwargs = conn.recv()

@@ -2,13 +2,13 @@
 explorer.views.payload): the tests' model of it, for runs read through the API."""
 from __future__ import annotations
 
-from components.frames import LABELS
+from components.frames import LABELS, message
 
 
-def views(messages: list[dict]) -> dict:
+def views(messages: list[str | dict]) -> dict:
     """The run's views after `messages` (the newest of each)."""
     out: dict = {}
-    for m in messages:
+    for m in map(message, messages):
         out = {} if m.get("reset") else out
         out.update(m.get("views") or {})
     return out

@@ -13,6 +13,7 @@ from gradio_client import Client
 
 from app_server import MODES, in_process_only, serve
 from components.frames import held as merged
+from components.frames import message as player_message
 from components.text_view import DRAFT_LABELS, MODEL_LABELS
 from player_messages import text, views
 
@@ -57,7 +58,7 @@ def _steps(status: str) -> int:
 def test_generate_streams_coalesced_updates_and_the_last_step(streamed):
     """Each update carries the frames of the steps made since the last one (each step's once), the first starts
     the page's run over, the views of the whole run come with the last; the page's player then holds them all."""
-    statuses, messages = [o[0] for o in streamed], [o[1] for o in streamed]
+    statuses, messages = [o[0] for o in streamed], [player_message(o[1]) for o in streamed]
     assert len(streamed) >= 2  # at least the first step, then the final one
     assert all(s.startswith("**Decoding** · step") for s in statuses[:-1]) and statuses[-1].startswith("**Done**")
     assert messages[0]["reset"] is True and not any(m.get("reset") for m in messages[1:])
@@ -94,8 +95,8 @@ def test_final_tree_accepted_path_matches_the_text(streamed):
 
 def test_a_stored_steps_frame_for_an_api_caller(client, streamed):
     out = client.predict(1, api_name="/show_step")
-    assert out[1]["show"] == 1 and out[0] == streamed[-1][0]  # the run's status, unchanged
-    assert out[1]["frames"]["1"] == merged([o[1] for o in streamed])[1]  # the frame the page got
+    assert player_message(out[1])["show"] == 1 and out[0] == streamed[-1][0]  # the run's status, unchanged
+    assert player_message(out[1])["frames"]["1"] == merged([o[1] for o in streamed])[1]  # the frame the page got
 
 
 def test_export_files(client, streamed):
@@ -135,7 +136,8 @@ def test_bad_input_gives_one_line_and_keeps_the_run(client, streamed, caplog, ca
     assert "Traceback" not in capfd.readouterr().err
     # The stored run is untouched: its steps still answer.
     out = client.predict(1, api_name="/show_step")
-    assert out[1]["show"] == 1 and "step 1" in out[1]["frames"]["1"]["tree"]["layout"]["title"]["text"]
+    shown = player_message(out[1])
+    assert shown["show"] == 1 and "step 1" in shown["frames"]["1"]["tree"]["layout"]["title"]["text"]
 
 
 def _outputs(client, **kwargs) -> list:
@@ -266,7 +268,8 @@ def test_whatif_changes_the_tree_and_keeps_the_run(client, streamed):
     count = lambda fig: sum(len(t["x"]) for t in fig["data"] if t.get("mode") == "markers+text")
     assert count(alt) > count(orig)  # BC 60 drafts a bigger tree than BC 30
     after = client.predict(2, api_name="/show_step")
-    assert after[0] == before[0] and after[1]["frames"] == before[1]["frames"]  # the stored run unchanged
+    assert after[0] == before[0]
+    assert player_message(after[1])["frames"] == player_message(before[1])["frames"]  # the stored run unchanged
     bad = client.predict(step=0, api_name="/whatif", **SHORT)
     assert bad[0].startswith("⚠️") and "prefill" in bad[0]
 
@@ -279,7 +282,8 @@ def test_open_trace_and_a_malformed_file(client, tmp_path):
     path = app.TRACES[next(iter(app.TRACES))]
     out = client.predict(handle_file(str(path)), api_name="/open_trace")
     assert out[0].startswith("**Done**") and f"recorded: {path.name}" in out[0]
-    frame = out[1]["frames"][out[1]["show"]]
+    shown = player_message(out[1])
+    frame = shown["frames"][shown["show"]]
     assert frame["tree"]["data"] and frame["mask"]["data"][0]["type"] == "heatmap"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

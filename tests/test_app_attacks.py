@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app_server import gpu_mode, serve
+from components.frames import message
 from conftest import plain
 
 pytestmark = [pytest.mark.model, pytest.mark.app]
@@ -164,7 +165,7 @@ THROUGH_CLIENT = settings(max_examples=8, deadline=None, suppress_health_check=[
 @given(st.one_of(st.integers(-3, 30), JSONABLE))
 def test_show_step_through_the_client_answers_anything(client, i):
     out = client.predict(i, api_name="/show_step")
-    assert (out[0].startswith("**Done** · ") and list(out[1]["frames"]) == [str(out[1]["show"])]) or refused(out[0])
+    assert (out[0].startswith("**Done** · ") and list(message(out[1])["frames"]) == [str(message(out[1])["show"])]) or refused(out[0])
 
 
 @THROUGH_CLIENT

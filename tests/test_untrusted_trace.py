@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from components.frames import message
 from components.limits import Limits
 from components.trace_schema import (MAX_CELLS, MAX_ROWS, MAX_TRACE_BYTES, MAX_VOCAB, check_against, json_depth,
                                      parse_trace)
@@ -305,7 +306,7 @@ def test_the_server_refuses_crafted_uploads_and_keeps_serving(tmp_path):
             client.predict(handle_file(str(big)), api_name="/open_trace")
         good = client.predict(handle_file(str(ROOT / "assets" / "trace_copy.json")), api_name="/open_trace")
         assert good[0].startswith("**Done**")
-        assert client.predict(1, api_name="/show_step")[1]["show"] == 1
+        assert message(client.predict(1, api_name="/show_step")[1])["show"] == 1
 
 
 @pytest.mark.app
