@@ -107,8 +107,8 @@ class Limits:
     # Runs decoded together in one batch, each a row of its own (explorer.batch): a class, every student at once.
     batch_rows: int = 32
     # torch CPU threads for decoding: every core this process may use. Since the page's player draws in the
-    # browser, the server's own work beside a decode is small; on two cores, against one thread, a class of 30
-    # finished in 41.6 s instead of 73.0 s and Stop ended a BC=60 run within 0.7 s (docs/BENCHMARKS.md).
+    # browser, the server's own work beside a decode is small; on two cores a class's slowest run and Stop were
+    # both faster than with a core left to the web server (docs/BENCHMARKS.md, the class's section).
     threads: int = usable_cores()
     # Per visitor (one address, explorer.door), checked before anything is queued: runs (Run, Compare,
     # What-if) queued or running; requests of any kind waiting in the queue (its share of queue_size); and
