@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import gradio as gr
 import plotly
@@ -206,8 +207,7 @@ def _header(page: SimpleNamespace) -> None:
     page.link = gr.State(None)
     # The player's data (explorer.views.payload, fed to the player by FEED_JS), and a place for the step it shows
     # in the inputs of the events that need it (shown_js).
-    page.player = sends_json(gr.HTML(None, html_template="", js_on_load=FEED_JS, elem_id="player-data",
-                                     visible="hidden"))
+    page.player = gr.HTML(None, html_template="", js_on_load=FEED_JS, elem_id="player-data", visible="hidden")
     page.shown = gr.Number(None, precision=0, visible="hidden", elem_id="shown")
 
 
@@ -392,10 +392,12 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
     page.run.click(None, None, [page.run_link, page.link_note], js=RUN_STARTED_JS)
     # The dtype comes after the method (the last of the old inputs): an API caller that does not send it gets
     # float32, as before it existed.
-    run = page.run.click(calls.generate, [page.prompt, *knobs, page.method, page.dtype, page.session],
+    run = page.run.click(_to_player(page, calls.generate, _opened(page)),
+                         [page.prompt, *knobs, page.method, page.dtype, page.session],
                          _opened(page), api_name="generate", show_progress="hidden", **model)
     # Its end gives the run its link, and shows the step a link named when the run is the link's.
-    ran = run.then(lesson.after_run, [page.session, page.link], [page.run_link, page.link_note, page.link, page.player],
+    after = [page.run_link, page.link_note, page.link, page.player]
+    ran = run.then(_to_player(page, lesson.after_run, after), [page.session, page.link], after,
                    api_visibility="private", show_progress="hidden", **RENDER)
     ran.then(None, page.run_link, None, js=RUN_LINK_JS)
     page.compare_btn.click(calls.compare, [page.prompt, *knobs, page.dtype],
@@ -420,8 +422,14 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
                           **checked_by_us(concurrency_limit=LIMITS.export_concurrency, concurrency_id="export"))
     # For an API caller, a stored step's frame (the page's player holds every step: it never asks).
     page.api_step = gr.Button(visible=False)
-    page.api_step.click(calls.show_step, [page.session, page.shown], [page.status, page.player], api_name="show_step",
-                        **checked_by_us(**RENDER))
+    shown = [page.status, page.player]
+    page.api_step.click(_to_player(page, calls.show_step, shown), [page.session, page.shown], shown,
+                        api_name="show_step", **checked_by_us(**RENDER))
+
+
+def _to_player(page: SimpleNamespace, fn: Callable, outputs: list) -> Callable:
+    """`fn` for an event with `outputs`: its message to the player leaves as JSON text (explorer.views.sends_json)."""
+    return sends_json(fn, next(i for i, o in enumerate(outputs) if o is page.player))
 
 
 def _opened(page: SimpleNamespace) -> list:
@@ -453,16 +461,18 @@ def _then_controls(page: SimpleNamespace, event, js: str = RUN_LINK_JS) -> None:
 def _wire_traces(page: SimpleNamespace, demo: gr.Blocks) -> None:
     """Opening a trace (a file, a shipped one, the page's link) and the link following the tabs."""
     opened = _opened(page)
-    _then_controls(page, page.trace_file.upload(calls.open_trace, [page.trace_file, page.session], opened,
-                                                api_name="open_trace", **RENDER))
-    _then_controls(page, page.shipped.input(calls.open_shipped, [page.shipped, page.session], opened,
+    _then_controls(page, page.trace_file.upload(_to_player(page, calls.open_trace, opened),
+                                                [page.trace_file, page.session], opened, api_name="open_trace",
+                                                **RENDER))
+    _then_controls(page, page.shipped.input(_to_player(page, calls.open_shipped, opened),
+                                            [page.shipped, page.session], opened,
                                             **checked_by_us(api_visibility="private", **RENDER)))
     # A recorded run is on screen as soon as the page opens, before any model is warm: the one the link
     # names (?trace=trace_masks&step=7&tab=run), or calls.OPENING; or a link's recipe fills the controls.
     # One event, so that when the player shows the link's step nothing more is on its way: the room a link names
     # (?room=...) and the controls showing the run come with it.
-    loaded = demo.load(lesson.open_page, page.session,
-                       [*opened, page.tabs, page.link, *_room_outputs(page), *_shown_controls(page)],
+    outputs = [*opened, page.tabs, page.link, *_room_outputs(page), *_shown_controls(page)]
+    loaded = demo.load(_to_player(page, lesson.open_page, outputs), page.session, outputs,
                        api_visibility="private", **RENDER)
     loaded.then(None, page.run_link, None, js=LINKED_JS)
     demo.load(None, None, page.tour_offer, js=OFFER_JS)
@@ -476,7 +486,7 @@ def _wire_header(page: SimpleNamespace) -> None:
     page.theme_btn.click(None, js="() => { window.espExplorer?.toggleTheme(); }")
     toured = [page.tour_panel, page.tour_text, page.tour_n, page.tour_view, page.tabs, *_opened(page)]
     for button, move in ((page.tour_btn, None), (page.tour_next, 1), (page.tour_back, -1)):
-        event = button.click(lesson.tour_move(move), [page.tour_n, page.session], toured,
+        event = button.click(_to_player(page, lesson.tour_move(move), toured), [page.tour_n, page.session], toured,
                              api_visibility="private", show_progress="hidden", **RENDER)
         event.then(None, page.tour_view, None, js=SPOTLIGHT_JS)
         _then_controls(page, event)
@@ -495,11 +505,17 @@ def _wire_room(page: SimpleNamespace) -> None:
                           **checked_by_us(**private, **RENDER))
     page.room_end.click(room.end, page.room, controls, **checked_by_us(**private, **RENDER))
     page.room_id.change(None, page.room_id, page.room_link, js=ROOM_LINK_JS)
-    page.room_timer.tick(room.tick, [page.room, page.follow, page.shown, page.session],
-                         [page.player, page.room_note, page.room_timer], js=shown_js(2),
+    ticked = [page.player, page.room_note, page.room_timer]
+    page.room_timer.tick(_to_player(page, room.tick, ticked), [page.room, page.follow, page.shown, page.session],
+                         ticked, js=shown_js(2),
                          **checked_by_us(queue=False, **private))
     for picked in (page.run.click, page.shipped.input, page.trace_file.upload, page.tour_btn.click):
         picked(None, None, page.follow, js=UNFOLLOW_JS)
+
+
+# How often the queue looks for a request to start when it has none (Gradio's own: 1 ms); 10 ms is lost in a
+# request's round trip (~70 ms through gradio_client).
+QUEUE_POLL_S = 0.01
 
 
 def queued(demo: gr.Blocks) -> gr.Blocks:
@@ -512,6 +528,9 @@ def queued(demo: gr.Blocks) -> gr.Blocks:
     gate = door.Door(LIMITS)
     demo.unload(gate.unload)  # a closed page's session no longer counts for its visitor
     demo.queue(max_size=LIMITS.queue_size, default_concurrency_limit=1)
+    # With nothing to start, Gradio's queue looks again every millisecond: a fifth of a core on an idle server,
+    # and a thread that wakes a thousand times a second beside a run's decode for the interpreter's lock.
+    demo._queue.sleep_when_free = QUEUE_POLL_S
     gate.install(demo)
     return demo
 

@@ -3,7 +3,9 @@ escaping helpers through which every text from a link, a trace or a prompt reach
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterable, Iterator
 
 import plotly.graph_objects as go
 
@@ -108,12 +110,30 @@ def own_kind(step: StepTrace) -> str:
     return BONUS if end.status == ACCEPTED else OWN
 
 
+_PLAIN = ContextVar("plain_figures", default=False)
+
+
 def figure(data: list[dict], layout: dict) -> go.Figure:
-    """A Plotly figure from plain trace/layout dicts, skipping Plotly's per-property validation.
+    """A Plotly figure from plain trace/layout dicts, skipping Plotly's per-property validation (inside
+    `plain_figures`: those dicts as they are, {"data", "layout"}).
 
     Validation costs 20-60 ms per figure, as much as a whole engine step on a CPU; the builders'
     output is validated once in the tests instead (tests/test_components.py)."""
+    if _PLAIN.get():
+        return {"data": data, "layout": layout}
     return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+@contextmanager
+def plain_figures() -> Iterator[None]:
+    """Within it (or a function it decorates), the figure builders give each figure as its plain data and layout,
+    what Plotly.js draws, and no go.Figure: the player's frames need no more, and Plotly's object model (a deep
+    copy of every trace) was two thirds of their cost on the server, beside a live run's decode."""
+    token = _PLAIN.set(True)
+    try:
+        yield
+    finally:
+        _PLAIN.reset(token)
 
 
 def base_layout(title: str, height: int, **extra) -> dict:

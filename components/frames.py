@@ -20,7 +20,7 @@ from plotly.io.json import to_json_plotly
 from esp.trace import StepTrace
 
 from .align_plot import align_run_figure, focus_lines, step_bands
-from .common import FAINT, accepted_nodes, as_steps, md_text, show_ws, walk_end
+from .common import FAINT, accepted_nodes, as_steps, md_text, plain_figures, show_ws, walk_end
 from .cost_view import MARKS, cost_run_figure, cost_sentences, mark_points
 from .eye_view import decided_row, eye_figure, eye_rows
 from .focus import focus_choices, focus_note, mask_rows
@@ -63,12 +63,15 @@ def markdown_html(text: str) -> str:
     return "".join(out) + ("</b>" if bold else "")
 
 
-def figure_json(fig: go.Figure) -> dict:
-    """The figure as plain JSON for the player: its own data and layout as they stand. (`pio.to_json` deep-copies
-    both and packs arrays as base64 first: a third of a live step's cost on the server, beside the decode.)"""
-    return json.loads(to_json_plotly({"data": fig._data, "layout": fig._layout}))
+def figure_json(fig: go.Figure | Mapping) -> dict:
+    """The figure (a go.Figure, or its plain data and layout: components.common.plain_figures) as plain JSON for
+    the player. (`pio.to_json` deep-copies both and packs arrays as base64 first: a third of a live step's cost on
+    the server, beside the decode.)"""
+    spec = fig if isinstance(fig, Mapping) else {"data": fig._data, "layout": fig._layout}
+    return json.loads(to_json_plotly(spec))
 
 
+@plain_figures()
 def step_frame(steps: Sequence[StepTrace], i: int, meta: Mapping, eye: bool = True, lens: bool = True) -> dict:
     """Step i's frame, from steps 0..len(steps)-1 as known now (the Mask Lens grid and the focused masks' curves
     use later steps: `amended` brings them up to date). `eye`, `lens`: whether the run records the verifier's
@@ -90,6 +93,7 @@ def step_frame(steps: Sequence[StepTrace], i: int, meta: Mapping, eye: bool = Tr
     }
 
 
+@plain_figures()
 def amended(steps: Sequence[StepTrace], i: int, lens: bool = True) -> dict:
     """The keys of step i's frame that later steps change: its Mask Lens grid (the real tokens at its masks'
     positions) and its masks' own alignment curves (for a focus on the node where its walk stopped)."""
@@ -124,6 +128,7 @@ def _node(step: StepTrace, node, label: str) -> list:
             None if at is None else at - 1]
 
 
+@plain_figures()
 def run_views(steps: Sequence[StepTrace], meta: Mapping) -> dict:
     """The views of the whole run, each {"figure", "cursor"}: how the player marks the shown step on it (None:
     it does not), with what the shown step's frame carries (its `cursor`, `bands`, `focus_bands`, `tokens`).

@@ -3,9 +3,11 @@ assets/explorer.js from the hidden #player-data) and the status line. Main proce
 process."""
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import logging
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import gradio as gr
 import orjson
@@ -30,19 +32,35 @@ def player_data(steps: Sequence[StepTrace], meta: Mapping) -> dict:
     return {**run_data(steps, meta), **story_run(steps, meta, ACTIONS)}
 
 
-def sends_json(box: gr.HTML) -> gr.HTML:
-    """`box`, the page's hidden box of messages to the player, sending each message (a dict) as one JSON string to
-    the page and to an API caller. As a dict, Gradio would walk it for files, diff it against the last one and encode
-    its nested frames, and a client undo all of it, on every update of a run: about 5% of a run's time on two cores.
-    (An instance's method, not a subclass: Gradio writes a .pyi beside the module of every component class.)"""
-    box.postprocess = _json_text
-    return box
+def sends_json(fn: Callable, at: int) -> Callable:
+    """`fn`, a handler (or a generator of outputs) whose output `at` is a message to the player (a dict), answering
+    with each message as one JSON string, to the page and to an API caller. As a dict, Gradio would walk it for
+    files, diff it against the last one and encode its nested frames, and a client undo all of it, on every update
+    of a run. (Not the player box's `postprocess`: the first gr.skip() to the box, e.g. after every Run, makes the
+    session a fresh copy of the box, without it.)"""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            outputs = fn(*args, **kwargs)
+            try:
+                for out in outputs:
+                    yield _json_at(out, at)
+            finally:
+                outputs.close()  # a run ends (its row leaves the batch) when its page stops listening
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return _json_at(fn(*args, **kwargs), at)
+    return call
 
 
-def _json_text(value: dict | str | None) -> str | None:
-    if not isinstance(value, dict):
-        return value
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
+def _json_at(out: tuple, at: int) -> tuple:
+    message = out[at]
+    if not isinstance(message, dict) or "__type__" in message:  # gr.skip() and gr.update() stay updates
+        return out
+    text = orjson.dumps(message, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return (*out[:at], text, *out[at + 1:])
 
 
 def payload(**keys) -> dict:

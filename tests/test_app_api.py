@@ -99,6 +99,19 @@ def test_a_stored_steps_frame_for_an_api_caller(client, streamed):
     assert player_message(out[1])["frames"]["1"] == merged([o[1] for o in streamed])[1]  # the frame the page got
 
 
+def test_the_players_messages_stay_json_text_after_a_skip(client, streamed):
+    """After an output that leaves the player's box as it was (gr.skip(): a refusal here, the end of every Run on
+    the page) the box's messages are still JSON text: such a skip once made the session a copy of the box that
+    sent them as nested dicts, walked and re-encoded on every update (explorer.views.sends_json)."""
+    refused = client.predict(10_000, api_name="/show_step")
+    assert refused[0].startswith("⚠️")
+    job = client.submit(prompt=PROMPT, api_name="/generate", **SHORT)
+    job.result()
+    sent = [o[1] for o in job.outputs() if not str(o[0]).startswith("**Waiting for the model**")]
+    assert sent and all(isinstance(m, str) for m in sent), [type(m).__name__ for m in sent]
+    assert isinstance(client.predict(0, api_name="/show_step")[1], str)
+
+
 def test_export_files(client, streamed):
     paths = client.predict(2, api_name="/export")
     assert len(paths) == 2  # the trace, and one lecture file holding the shown step's figures too

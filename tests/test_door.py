@@ -9,6 +9,7 @@ tests/test_class.py has a class of 30 behind one address against a `python app.p
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import re
 import time
@@ -182,6 +183,18 @@ def running(door, event: FakeEvent) -> None:
 SCHOOL, HOME = "198.51.100.1", "203.0.113.1"
 ONE_RUN = ("⚠️ This page already has a run queued or running on this server: wait for it to end (or press Stop), "
            "then run again.")
+
+
+def test_an_idle_queue_looks_for_work_every_10_ms_not_every_1():
+    """Gradio's queue looks for a request to start every millisecond while it has none (a fifth of a core on an
+    idle server, measured; a thread waking a thousand times a second beside a run's decode): app.queued makes it
+    QUEUE_POLL_S, through the attribute Gradio's loop reads."""
+    import app
+
+    assert "self.sleep_when_free" in inspect.getsource(gr.queueing.Queue.start_processing)
+    with gr.Blocks() as demo:
+        gr.Markdown("a page")
+    assert app.queued(demo)._queue.sleep_when_free == app.QUEUE_POLL_S == 0.01
 
 
 def test_each_session_has_one_run_queued_or_running_and_stop_always_passes(door):
