@@ -6,14 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pytest
 
-from components.common import walk_end
+from components.align_plot import align_run_figure
+from components.common import plain_figures, walk_end
 from components.export import read_trace_json
-from components.eye_view import decided_row
+from components.eye_view import decided_row, eye_figure
 from components.focus import focus_note, mask_rows
-from components.frames import HEIGHTS, LABELS, STYLE, Feed, held as merged, markdown_html, run_data, step_frames
+from components.frames import (HEIGHTS, LABELS, STYLE, Feed, figure_json, held as merged, markdown_html, run_data,
+                               step_frames)
+from components.lens_view import commit_figure, lens_figure
+from components.mask_plot import mask_figure
 from components.text_view import token_origin, token_sources
+from components.tree_plot import tree_figure
 from lens_trace import without_lens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,3 +135,18 @@ def test_the_player_data_is_json(qwen15):
     meta, steps = qwen15
     data = run_data(steps[:4], meta)
     assert json.loads(json.dumps(data)) == data
+
+
+@pytest.mark.parametrize("trace", ["masks", "qwen15"])
+def test_plain_figures_are_the_json_their_go_figures_give(trace, request):
+    """The frames skip Plotly's object model (components.common.plain_figures): each figure's JSON is still what
+    the same builder's go.Figure gives, key for key."""
+    meta, steps = request.getfixturevalue(trace)
+    builders = [lambda: tree_figure(steps[-1]), lambda: mask_figure(steps[0]), lambda: lens_figure(steps, 1),
+                lambda: eye_figure(steps[-1], meta), lambda: commit_figure(steps), lambda: align_run_figure(steps)]
+    for build in builders:
+        fig = build()
+        with plain_figures():
+            plain = build()
+        assert isinstance(fig, go.Figure) and not isinstance(plain, go.Figure)
+        assert figure_json(plain) == figure_json(fig)
