@@ -275,6 +275,9 @@ def _app_vs_engine(vs: dict | None) -> str:
     said = f"{vs['app_median']:.2f} / {vs['engine_median']:.2f} = {t.ratio(vs['ratio'])}"
     if "ratio_every_core" in vs:
         said += f"; / {vs['engine_every_core_median']:.2f} = {t.ratio(vs['ratio_every_core'])}"
+    if "paired_ratio" in vs:
+        said += (f" (the median round's own ratio {t.ratio(vs['paired_ratio'])}; "
+                 f"{t.ratio(vs['paired_ratio_every_core'])})")
     return said
 
 
