@@ -392,9 +392,10 @@ def _wire_model_calls(page: SimpleNamespace) -> None:
     page.run.click(None, None, [page.run_link, page.link_note], js=RUN_STARTED_JS)
     # The dtype comes after the method (the last of the old inputs): an API caller that does not send it gets
     # float32, as before it existed.
-    run = page.run.click(_to_player(page, calls.generate, _opened(page)),
+    opened = _opened(page)
+    run = page.run.click(_to_player(page, calls.generate, opened),
                          [page.prompt, *knobs, page.method, page.dtype, page.session],
-                         _opened(page), api_name="generate", show_progress="hidden", **model)
+                         opened, api_name="generate", show_progress="hidden", **model)
     # Its end gives the run its link, and shows the step a link named when the run is the link's.
     after = [page.run_link, page.link_note, page.link, page.player]
     ran = run.then(_to_player(page, lesson.after_run, after), [page.session, page.link], after,

@@ -113,7 +113,7 @@ def own_kind(step: StepTrace) -> str:
 _PLAIN = ContextVar("plain_figures", default=False)
 
 
-def figure(data: list[dict], layout: dict) -> go.Figure:
+def figure(data: list[dict], layout: dict) -> go.Figure | dict:
     """A Plotly figure from plain trace/layout dicts, skipping Plotly's per-property validation (inside
     `plain_figures`: those dicts as they are, {"data", "layout"}).
 
