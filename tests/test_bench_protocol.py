@@ -64,8 +64,9 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
 
 
 @pytest.mark.model
-def test_the_oracle_is_priced_on_a_sweep_when_asked_and_the_drafters_still_start_from_their_prior(lm, tmp_path,
-                                                                                                  monkeypatch):
+def test_the_oracle_is_priced_on_a_sweep_by_default_and_the_drafters_still_start_from_their_prior(lm, tmp_path,
+                                                                                                    monkeypatch):
+    """A shipped shape is another machine's guess: the oracle is priced on this machine's forwards unless asked."""
     import esp.budget.cost as cost
 
     swept = cost.CostCurve([1, 2, 4], [0.05, 0.09, 0.06])  # a machine whose 4 rows cost less than 2
@@ -74,12 +75,17 @@ def test_the_oracle_is_priced_on_a_sweep_when_asked_and_the_drafters_still_start
     monkeypatch.setattr(cost, "_CURVES", {})
     out = tmp_path / "r.json"
     qs = [q for q in spec_bench(1) if q["category"] == "translation"]
-    bench.main(["--questions", _questions(tmp_path, qs), "--methods", "ar,hybrid:bc=auto", "--max-new-tokens", "8",
-                "--warmup", "0", "--oracle-curve", "sweep", "--json", str(out)])
+    args = ["--questions", _questions(tmp_path, qs), "--methods", "ar,hybrid:bc=auto", "--max-new-tokens", "8",
+            "--warmup", "0", "--json", str(out)]
+    bench.main(args)
     meta = json.loads(out.read_text())["meta"]
     assert meta["oracle_curve"] == "sweep" and meta["curve"] == swept.to_dict()
     assert not (tmp_path / "cache" / "costs").exists()  # kept for pricing only: nothing stored for the drafters
     assert all(not c.scaled for c in cost._CURVES.values())  # ... which started from the default shape
+    bench.main(args + ["--oracle-curve", "prior"])
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["oracle_curve"] == "prior" and meta["curve"] != swept.to_dict()  # the shape, in one-row units
+    assert meta["curve"]["t"][0] == 1.0
 
 
 def _forwards(path) -> list[tuple[int, int]]:

@@ -251,3 +251,16 @@ def test_a_curve_learnt_from_its_own_forwards_reaches_the_oracle_s_choices_from_
         if step >= 300:  # what the chosen width earns on the true curve, against the oracle's choice
             reached.append((got.expected / true[got.rows]) / (best.expected / true[best.rows]))
     assert sum(reached) / len(reached) > 0.99
+
+
+def test_a_table_is_read_only_kept_while_the_curve_stands_and_made_anew_when_it_moves():
+    """A step reads the table two or three times between samples: one computation, never a stale one."""
+    curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32-avx512"]), weight=cost.SHAPE_WEIGHT, scaled=False)
+    first = curve.table(16, explore=True)
+    assert curve.table(16, explore=True) is first and curve.table(16) is not first
+    with pytest.raises(ValueError):
+        first[3] = 0.0  # read-only: a caller that wrote into it would move every later step's prices
+    curve.observe(4, 0.07)
+    moved = curve.table(16, explore=True)
+    assert moved is not first and moved[4] != first[4]
+    assert moved.tolist() == CostCurve.table(curve.copy(), 16, explore=True).tolist()  # what a fresh computation gives

@@ -568,10 +568,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lens", action="store_true",
                    help="record the Mask Lens (raw logit lens of every mask at every layer) and report, per layer, the "
                         "rank of the real token for accepted against rejected masks (slower: off for timing runs)")
-    p.add_argument("--oracle-curve", choices=["prior", "sweep"], default="prior",
-                   help="the cost curve the oracle and every feed are priced on: prior, the one bc=auto drafters start "
-                        "from (a stored curve, else a default shape); sweep, this machine's curve timed before the run "
-                        "(a blocking sweep, kept for pricing only: the drafters still start from their prior)")
+    p.add_argument("--oracle-curve", choices=["prior", "sweep"], default="sweep",
+                   help="the cost curve the oracle and every feed are priced on: sweep (the default), this machine's "
+                        "curve timed before the run (a blocking sweep of a few seconds, kept for pricing only: the "
+                        "drafters still start from their prior); prior, the one bc=auto drafters start from (a stored "
+                        "curve, else a default shape: another machine's guess, which misprices the oracle)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--warmup-tokens", type=int, default=32,
                    help="new tokens of each warm-up generation (at most --max-new-tokens)")
@@ -661,9 +662,10 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
             names = specs + ([GENERATE] if a.reference else [])
             folder = RunFolder(a.answers, model_slug(lm.name), names, run_arguments(a), shard.rank, shard.world)
             before = folder.open()
-        # Every feed and the oracle are priced on this machine's curve as it stands before the run (the one
-        # bc=auto drafters start from), copied so that their online corrections do not move it, or as a sweep
-        # times it now: a prior that is only a shape would price the oracle on another machine's curve.
+        # Every feed and the oracle are priced on this machine's curve as a sweep times it now, or (asked for) on
+        # the prior bc=auto drafters start from, copied so that their online corrections do not move it. A prior
+        # that is only a shipped shape prices the oracle on another machine's curve: on the AVX512 EPYC it put
+        # 4-8 rows at 1.4-1.45 plain steps where this machine's forwards take 1.67.
         curve = sweep(lm)[0] if a.oracle_curve == "sweep" else CostCurve.from_dict(curve_for(lm).to_dict())
         done = run_share(lm, drafters, questions, shard, a, curve, folder, set(before or ()))
         parts = shard.gather(done)
