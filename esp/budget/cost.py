@@ -39,6 +39,7 @@ every drafter a fresh copy, so drafters in one process never move each other's w
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -132,13 +133,10 @@ class CostCurve:
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
 
     def _interp(self, values: np.ndarray, upto: int) -> np.ndarray:
-        r = np.arange(upto + 1, dtype=np.float64)
-        q = np.asarray(self.q, dtype=np.float64)
-        if len(q) == 1:
-            return values[0] * r / q[0]
-        i = np.clip(np.searchsorted(q, r) - 1, 0, len(q) - 2)  # the segment r falls in, or the end one
-        w = (r - q[i]) / (q[i + 1] - q[i])
-        return values[i] + w * (values[i + 1] - values[i])
+        if len(self.q) == 1:
+            return values[0] * np.arange(upto + 1, dtype=np.float64) / self.q[0]
+        i, j, w = _segments(tuple(self.q), upto)
+        return values[i] + w * (values[j] - values[i])
 
     def table(self, upto: int, explore: bool = False) -> np.ndarray:
         """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
@@ -162,22 +160,32 @@ class CostCurve:
         than its prior: between two measured knots, their straight line; past the widest, that knot's time times the
         prior's shape from it on. So a prior dearer than this machine (another vendor's shape, or none that fits)
         locks out no width the run's own forwards suggest is cheap: it gets tried, and then it is measured."""
-        t = np.asarray(self.t, dtype=np.float64)
-        at = np.flatnonzero(np.asarray(self.n) >= EXPLORE_N)
-        q, shape, out = np.asarray(self.q, dtype=np.float64), np.asarray(self.shape, dtype=np.float64), t.copy()
-        for j in np.setdiff1d(np.arange(len(t)), at) if at.size else ():
-            below, above = at[at < j], at[at > j]
-            if below.size and above.size:
-                a, b = below.max(), above.min()
+        # Plain Python over the few knots: read right after a forward, when every numpy call runs cache-cold,
+        # this is a third of the time of the same in numpy (52 against 170 us a step on the 2-core EPYC).
+        t, q, shape = self.t, self.q, self.shape
+        known = [n >= EXPLORE_N for n in self.n]
+        if not any(known):
+            return np.asarray(t, dtype=np.float64)
+        m, out = len(t), list(t)
+        below, a = [], -1  # the widest measured knot at or below each
+        for j in range(m):
+            a = j if known[j] else a
+            below.append(a)
+        above, b = [m] * m, m  # the narrowest measured knot at or above each
+        for j in range(m - 1, -1, -1):
+            b = above[j] = j if known[j] else b
+        for j in range(m):
+            a, b = below[j], above[j]
+            if known[j]:
+                continue
+            if a >= 0 and b < m:  # between two measured knots: their straight line
                 guess = t[a] + (q[j] - q[a]) / (q[b] - q[a]) * (t[b] - t[a])
-            elif below.size:
-                a = below.max()
+            elif a >= 0:  # past the widest: the prior's shape from it
                 guess = t[a] * shape[j] / shape[a]
-            else:  # narrower than every measured knot: as cheap as a cost proportional to rows would make it
-                a = above.min()
-                guess = t[a] * q[j] / q[a]
-            out[j] = min(t[j], guess)
-        return out
+            else:  # narrower than every measured knot: a cost in proportion to rows
+                guess = t[b] * q[j] / q[b]
+            out[j] = min(out[j], guess)
+        return np.asarray(out, dtype=np.float64)
 
     def trusted(self, upto: int) -> np.ndarray:
         """For r = 0..upto, whether t(r) rests on measurements (EXPLORE_N samples at its knots, a stored sweep
@@ -236,6 +244,15 @@ class CostCurve:
     @classmethod
     def from_dict(cls, d: dict, **kw) -> "CostCurve":
         return cls(list(d["q"]), list(d["t"]), **kw)
+
+
+@functools.lru_cache(maxsize=64)
+def _segments(q: tuple[int, ...], upto: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For r = 0..upto, on knots `q`: the knots i and j = i + 1 of the segment r falls in (or the end one) and r's
+    weight towards j. The same for every step of a curve, which reads its table every step."""
+    r, qa = np.arange(upto + 1, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    i = np.clip(np.searchsorted(qa, r) - 1, 0, len(q) - 2)
+    return i, i + 1, (r - qa[i]) / (qa[i + 1] - qa[i])
 
 
 def smooth(t: list[float], noise: list[float]) -> list[float]:

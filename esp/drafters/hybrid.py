@@ -277,17 +277,17 @@ class HybridDrafter(Drafter):
         `ctx.budget.rows` rows when a batch budget chose the width."""
         started, budget = self.clock(), ctx.budget
         offered = budget.offer.draft if budget is not None and budget.offer is not None else None
-        guarded = budget is None and self.guard is not None and ctx.step > 0
+        cost = self._priced(ctx)
         # Nothing drafted (a batch's plain step, or backed off / out of loss allowance alone): a plain step that
         # learns only what later steps need, so that it costs what plain decoding's step costs.
         resting = (budget is not None and budget.rows == 1 and offered is None) or (
-            guarded and not self.guard.may_draft(self.curve.table(self.cfg.cap, explore=True)))
+            cost is not None and self.guard is not None and ctx.step > 0 and not np.isfinite(cost[2:]).any())
         if resting:
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
                                                          seconds=self.curve.predict(1)), started=started, resting=True)
             return Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]), plan=plain)
         draft = offered or self._draft(ctx)
-        c = self._width(ctx, draft)
+        c = self._width(ctx, draft, cost)
         tree, n = draft.tree, c.n + 1
         fed = DraftTree(tree.tokens[:n], tree.parents[:n], tree.probs[:n], tree.cum_probs[:n], sources=tree.sources[:n],
                         p=tree.p[:n])
@@ -298,13 +298,18 @@ class HybridDrafter(Drafter):
         return Proposal(tree=fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True,
                         plan=HybridStep(draft=draft, choice=c, started=started))
 
-    def _width(self, ctx: Context, draft: Draft) -> Choice:
-        """How many candidates to feed and where the masks go."""
+    def _priced(self, ctx: Context) -> np.ndarray | None:
+        """The step's cost table under `bc=auto` alone (None under a flat budget or a batch's): the curve, with the
+        widths the per-call loss cap does not admit priced at infinity (`Backoff.affordable`)."""
+        if self.cfg.bc != AUTO or ctx.budget is not None:
+            return None
+        cost = self.curve.table(self.cfg.cap, explore=True)
+        return self.guard.affordable(cost) if self.guard is not None and ctx.step > 0 else cost
+
+    def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
+        """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
         k, worth, budget, p, parents = self.cfg.k, self.memory.mask_worth, ctx.budget, draft.p, draft.tree.parents[1:]
         cap = self.cfg.cap if budget is None else budget.rows
-        cost = None if self.cfg.bc != AUTO or budget is not None else self.curve.table(self.cfg.cap, explore=True)
-        if cost is not None and self.guard is not None and ctx.step > 0:  # the per-call loss cap (Backoff.affordable)
-            cost = self.guard.affordable(cost)
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, parents, j, worth(j), cap, cost, margin=PLAIN_MARGIN) for j in range(min(k, 1), k + 1)),
                 key=Choice.score)
