@@ -303,8 +303,11 @@ class HybridDrafter(Drafter):
         widths the per-call loss cap does not admit priced at infinity (`Backoff.affordable`)."""
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
+        guarded = self.guard is not None and ctx.step > 0
+        if guarded and not self.guard.drafting:  # backed off: one row, whatever the curve says (no table to build)
+            return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
-        return self.guard.affordable(cost) if self.guard is not None and ctx.step > 0 else cost
+        return self.guard.affordable(cost) if guarded else cost
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
