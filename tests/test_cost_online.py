@@ -264,18 +264,3 @@ def test_a_table_is_read_only_kept_while_the_curve_stands_and_made_anew_when_it_
     moved = curve.table(16, explore=True)
     assert moved is not first and moved[4] != first[4]
     assert moved.tolist() == CostCurve.table(curve.copy(), 16, explore=True).tolist()  # what a fresh computation gives
-
-
-def test_a_knot_s_first_sample_ends_its_neighbours_word_for_it():
-    """On the AVX512 EPYC 2-3 rows cost more than 4-8: the line from 1 to 4 rows hopes them cheap until tried,
-    and once tried they are priced by what they measured (each try there cost one to two plain steps)."""
-    curve = CostCurve(list(cost.GRID), list(cost.SHAPES["cpu-float32-avx512"]), weight=cost.SHAPE_WEIGHT, scaled=False)
-    for _ in range(3):
-        for w, r in ((1, 1.0), (4, 1.6), (8, 1.7)):
-            curve.observe(w, 0.04 * r)
-    line = curve._hopeful()
-    at2 = cost.GRID.index(2)
-    assert line[at2] == pytest.approx(curve.t[0] + (curve.t[cost.GRID.index(4)] - curve.t[0]) / 3)  # hoped, untried
-    curve.observe(2, 0.04 * 2.0)
-    assert curve.n[at2] >= cost.HOPE_N
-    assert curve._hopeful()[at2] == pytest.approx(curve.t[at2]) and curve.t[at2] > 1.3 * line[at2]

@@ -17,12 +17,10 @@ the choice. A drafter never times anything to get it, and no call of a caller's 
   ratio to the level the last few steps set, not to a t(1) from another moment: a load that comes and goes
   moves the level, not the shape. A stale stored curve is corrected the same way, from steps.
 - Exploration (`table(..., explore=True)`, what the width choices read). A knot is priced by what the
-  measured knots (EXPLORE_N samples or more) say wherever that is less than its own value, until its own first
-  sample (`_hopeful`: their straight line between them, past the widest the prior's shape from it, below the
-  narrowest rows in proportion), and EXPLORE x EXPLORE_N / (EXPLORE_N + n) cheaper at n samples. So a width the
-  prior overprices, or one estimated from a few early samples, still gets tried, and then it is measured; one
-  sample ends the neighbours' word for it (a straight line from 1 to 4 rows hoped 2-3 rows at about 1.2 plain steps
-  on the AVX512 EPYC, where they take 2-2.8: each try cost one to two plain steps, twice per width a call). The
+  measured knots (EXPLORE_N samples or more) say wherever that is less than its own value (`_hopeful`: their
+  straight line between them, past the widest the prior's shape from it, below the narrowest rows in
+  proportion), and EXPLORE x EXPLORE_N / (EXPLORE_N + n) cheaper at n samples. So a width the prior
+  overprices, or one estimated from a few early samples, still gets tried, and then it is measured. The
   cost is bounded: a step chosen under the discount loses at most the discount's share of its expected rate
   (if the estimate is right), so a knot's discounts over its first n samples sum to about EXPLORE x
   EXPLORE_N x ln(1 + n / EXPLORE_N) steps' worth of rate (O(log n)), none at all on a stored curve measured
@@ -67,7 +65,6 @@ BUSY = 0.5
 SHAPE_WEIGHT = 0.0  # ... a shipped default shape: a guess, which the first sample at a knot replaces
 EXPLORE = 0.2  # a knot with no samples is priced this share cheaper for the width choice ...
 EXPLORE_N = 2.0  # ... falling as EXPLORE_N / (EXPLORE_N + n) with its n samples; a knot is measured from this many
-HOPE_N = 1.0  # a knot is priced by its measured neighbours (`_hopeful`) only until its own samples weigh this much
 PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that saves this share of its time
 
 # Default shapes, t(q) / t(1), where nothing is stored. CPU float32 with AVX2 kernels: a 2-core AVX2 CPU
@@ -159,11 +156,10 @@ class CostCurve:
         return out
 
     def _hopeful(self) -> np.ndarray:
-        """The knots, each with no sample of its own yet (less than HOPE_N) priced at what the measured knots (EXPLORE_N
-        samples or more) say where that is less than its prior: between two measured knots, their straight line; past
-        the widest, that knot's time times the prior's shape from it on. So a prior dearer than this machine (another
-        vendor's shape, or none that fits) locks out no width the run's own forwards suggest is cheap: it gets tried,
-        and then its own samples price it."""
+        """The knots, each of fewer than EXPLORE_N samples priced at what the measured knots say where that is less
+        than its prior: between two measured knots, their straight line; past the widest, that knot's time times the
+        prior's shape from it on. So a prior dearer than this machine (another vendor's shape, or none that fits)
+        locks out no width the run's own forwards suggest is cheap: it gets tried, and then it is measured."""
         # Plain Python over the few knots: read right after a forward, when every numpy call runs cache-cold,
         # this is a third of the time of the same in numpy (52 against 170 us a step on the 2-core EPYC).
         t, q, shape = self.t, self.q, self.shape
@@ -180,7 +176,7 @@ class CostCurve:
             b = above[j] = j if known[j] else b
         for j in range(m):
             a, b = below[j], above[j]
-            if known[j] or self.n[j] >= HOPE_N:
+            if known[j]:
                 continue
             if a >= 0 and b < m:  # between two measured knots: their straight line
                 guess = t[a] + (q[j] - q[a]) / (q[b] - q[a]) * (t[b] - t[a])

@@ -306,12 +306,6 @@ class HybridDrafter(Drafter):
         guarded = self.guard is not None and ctx.step > 0
         if guarded and not self.guard.drafting:  # backed off: one row, whatever the curve says (no table to build)
             return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
-        if ctx.step == 0:
-            # The prefill's block follows the prompt's rows in one forward: r rows cost t(lead + r), so a row costs
-            # what it adds to the whole forward, never less (on the EPYC in float32, 20 rows after a 53-token prompt
-            # took 37 ms, most of a plain step).
-            lead = len(ctx.tokens) - 1
-            return np.concatenate([[0.0], self.curve.table(lead + self.cfg.cap, explore=True)[lead + 1 :]])
         cost = self.curve.table(self.cfg.cap, explore=True)
         return self.guard.affordable(cost) if guarded else cost
 
@@ -324,8 +318,8 @@ class HybridDrafter(Drafter):
                 key=Choice.score)
         if k and not c.masked and cap > k and (ctx.step == 0 or self.carry.since_esp >= PROBE_EVERY):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
-            # (at the prefill, priced after the prompt's rows, they usually do).
-            floor = None if cost is None else (1 - PROBE_LOSS) * c.expected / c.seconds
+            # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
+            floor = None if ctx.step == 0 or cost is None else (1 - PROBE_LOSS) * c.expected / c.seconds
             if floor is None or best_rate(p, worth(k), cost, 1 + k) >= floor:
                 probe = choose(p, parents, k, worth(k), cap, cost, force_mask=True)
                 if floor is None or probe.expected / probe.seconds >= floor:
