@@ -666,7 +666,9 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
         # the prior bc=auto drafters start from, copied so that their online corrections do not move it. A prior
         # that is only a shipped shape prices the oracle on another machine's curve: on the AVX512 EPYC it put
         # 4-8 rows at 1.4-1.45 plain steps where this machine's forwards take 1.67.
-        curve = sweep(lm)[0] if a.oracle_curve == "sweep" else CostCurve.from_dict(curve_for(lm).to_dict())
+        # One curve for every rank (rank 0's sweep): a results file's records are all priced alike.
+        curve = (shard.share(sweep(lm)[0] if shard.main else None) if a.oracle_curve == "sweep"
+                 else CostCurve.from_dict(curve_for(lm).to_dict()))
         done = run_share(lm, drafters, questions, shard, a, curve, folder, set(before or ()))
         parts = shard.gather(done)
     finally:

@@ -53,6 +53,16 @@ class Shard:
         dist.barrier()  # no rank tears its connections down while rank 0 still reads from them
         return out
 
+    def share(self, obj):
+        """Rank 0's `obj` on every rank (`obj` itself in a world of one); every rank must call it."""
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj if self.main else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def close(self) -> None:
         if self.world > 1:
             import torch.distributed as dist
