@@ -278,10 +278,11 @@ class HybridDrafter(Drafter):
         started, budget = self.clock(), ctx.budget
         offered = budget.offer.draft if budget is not None and budget.offer is not None else None
         cost = self._priced(ctx)
-        # Nothing drafted (a batch's plain step, or backed off / out of loss allowance alone): a plain step that
-        # learns only what later steps need, so that it costs what plain decoding's step costs.
+        # Nothing drafted (a batch's plain step, or backed off / out of loss allowance alone: only the back-off prices
+        # every width past one row at infinity): a plain step that learns only what later steps need, so that it costs
+        # what plain decoding's step costs.
         resting = (budget is not None and budget.rows == 1 and offered is None) or (
-            cost is not None and self.guard is not None and ctx.step > 0 and not np.isfinite(cost[2:]).any())
+            cost is not None and not np.isfinite(cost[2:]).any())
         if resting:
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
                                                          seconds=self.curve.predict(1)), started=started, resting=True)
