@@ -316,6 +316,19 @@ def test_auto_budget_follows_the_cost_curve(tiny_lm):
     assert max(len(s.positions) for s in wide.steps[1:]) > 8  # free rows: it drafts wide
 
 
+def test_the_auto_budgets_prefill_feeds_the_masks_and_no_drafts(tiny_lm):
+    """Free rows and a prompt that repeats itself: a fixed budget drafts at the prefill, bc=auto feeds the root's
+    masks alone there (their drafts are the next step's) and drafts wide from the first decoding step on."""
+    lm = tiny_lm("llama")
+    prompt = _prompt(3, lm.vocab_size)
+    auto = Decoder(lm, HybridDrafter(curve=FLAT), max_new_tokens=12).generate(prompt)
+    fixed = Decoder(lm, HybridDrafter(bc=16, curve=FLAT), max_new_tokens=12).generate(prompt)
+    assert auto.steps[0].prefill and auto.steps[0].row_kinds == ["root", "mask"]
+    assert "node" in fixed.steps[0].row_kinds
+    assert "node" in auto.steps[1].row_kinds and len(auto.steps[1].positions) > 8
+    assert auto.tokens == fixed.tokens
+
+
 @pytest.mark.parametrize("spec", ["hybrid:bc=auto", "esp:bc=auto", "stand:bc=auto", "hybrid:bc=60:k=2", "hybrid"])
 def test_registry_builds_budgeted_drafters(spec):
     d = build(spec)

@@ -314,6 +314,12 @@ class HybridDrafter(Drafter):
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
         k, worth, budget, p, parents = self.cfg.k, self.memory.mask_worth, ctx.budget, draft.p, draft.tree.parents[1:]
         cap = self.cfg.cap if budget is None else budget.rows
+        if ctx.step == 0 and cost is not None:
+            # bc=auto's prefill feeds no drafts, only the masks on the root (the next step's drafts): its rows ride
+            # after the prompt at a cost the decode curve does not price, and drafts from the prompt alone are
+            # next to never accepted (13 development questions, float32: 3 of 163 rows, which cost 0.5-1.2 plain
+            # steps a prefill).
+            p = p[:0]
         # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
         c = max((choose(p, parents, j, worth(j), cap, cost, margin=PLAIN_MARGIN) for j in range(min(k, 1), k + 1)),
                 key=Choice.score)
