@@ -150,7 +150,8 @@ def _decode(lm, right: bool, n: int = 80):
 
 
 def test_a_drafter_whose_p_is_always_wrong_ends_at_plain_steps(tiny_lm):
-    d, steps = _decode(tiny_lm("llama"), right=False)
+    # long enough for the per-call cap (eps n + L0) to let the probe's losses pass the back-off's budget B
+    d, steps = _decode(tiny_lm("llama"), right=False, n=160)
     modes = [s.cost["mode"] for s in steps]
     widths = [s.cost["rows"] for s in steps]
     assert widths[0] > 1 and all(len(s.emitted) == 1 for s in steps)
@@ -209,7 +210,7 @@ def test_the_cap_bounds_a_calls_loss_when_drafts_never_pay(host):
     assert sum(w > 1 for w in widths) >= 5  # it keeps probing, as its allowance grows
     # x: by how much a drafted step's loss exceeded the curve's worst case (here the host time)
     assert all(loss <= cap_bound(n + 1, host) + 1e-9 for n, loss in enumerate(losses))
-    assert losses[-1] <= LOSS_SHARE * 300 + LOSS_START + host  # 3% of a plain decode, plus half a step
+    assert losses[-1] <= LOSS_SHARE * 300 + LOSS_START + host  # 1.5% of a plain decode, plus half a step
 
 
 def test_under_the_cap_drafts_that_pay_keep_drafting_at_full_width():
