@@ -155,7 +155,7 @@
       el.classList.add(SPOT, TOUR_LIT);
       const card = byId("tour-panel");
       el.style.scrollMarginTop = `${card && card.offsetParent !== null ? card.offsetHeight + 12 : 0}px`;
-      el.scrollIntoView({ block: "start", behavior: smooth() });
+      el.scrollIntoView({ block: "start" });  // at once: a glide moves the sticky card's buttons under the pointer
       return true;
     },
     clearSpotlight() {

@@ -141,7 +141,6 @@ function espFirstMinute(root, run, opts) {
   };
   let STORY = run.story, PREDICT = run.predict, ALT = run.alt || [];
   const VEILED = ["tree", "mask", "eye", "lens", "text", "words"];
-  const smooth = () => (matchMedia("(prefers-reduced-motion: reduce)").matches ? "auto" : "smooth");
   let step = null;
   const story = {open: !!STORY, phase: 0};
   const actionButtons = [...root.querySelectorAll("#story-panel [data-action]")];
@@ -184,7 +183,10 @@ function espFirstMinute(root, run, opts) {
     const el = key && view(key);
     if (!el) return;
     el.classList.add("esp-spotlight");
-    if (scroll) el.scrollIntoView({block: "nearest", behavior: smooth()});
+    // At once, not gliding: until the page has scrolled, the story's panel is not yet stuck under the bar and
+    // moves with the page, so a glide would carry its next button from under the pointer for as long as it lasts
+    // (a click in that time lands on the panel and is lost).
+    if (scroll) el.scrollIntoView({block: "nearest"});
   }
 
   function tell(scroll) {

@@ -56,9 +56,15 @@ def phases_told(page, told: dict, seen: list) -> Iterator[dict]:
     once it shows (its texts go into `seen`)."""
     from playwright.sync_api import expect
 
+    nxt = page.locator("#story-next")
     for n, phase in enumerate(told["phases"]):
         if n:
-            page.locator("#story-next").click()
+            nxt.click()
+            # The page turn scrolls the named view in at once: the next button is already where it rests (a glide
+            # carried it from under the pointer, and a click meanwhile was lost).
+            at = nxt.bounding_box()
+            page.evaluate("new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 300))))")
+            assert nxt.bounding_box() == at, phase["name"]
         expect(page.locator("#story-text")).to_have_text(phase["text"])
         text = page.locator("#story").inner_text()
         assert phase["name"] in text and text not in seen
