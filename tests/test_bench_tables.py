@@ -68,6 +68,15 @@ def test_the_summary_takes_each_method_from_its_first_run_and_drops_timings_of_a
     assert row(text, "`ar`")[-1] == "2 / 0 / 0"
 
 
+def test_the_lowest_category_adds_the_lowest_priced_one_where_every_category_was_priced():
+    cats = {"a": {"tau": 2.0, "speedup": 0.95, "curve_speedup": 1.10}, "b": {"tau": 1.0, "speedup": 1.20, "curve_speedup": 0.98}}
+    assert tables.lowest({"per_category": cats}) == "0.95x a · priced 0.98x b"  # the two can name different categories
+    cats["b"]["curve_speedup"] = math.nan  # a category not priced: no priced figure to compare
+    assert tables.lowest({"per_category": cats}) == "0.95x a"
+    del cats["a"]["curve_speedup"], cats["b"]["curve_speedup"]
+    assert tables.lowest({"per_category": cats}) == "0.95x a"
+
+
 def test_figures_are_read_as_a_reader_quotes_them():
     text = "1.53x. (90%) +10.2% tau 1.59, Python 3.12.12, the 0.5B model, 16 rows, v5.24"
     assert tables.FIGURE.findall(text) == ["1.53x", "90%", "10.2%", "1.59"]

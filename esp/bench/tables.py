@@ -78,13 +78,16 @@ def columns(runs: list[dict], speed: list[bool] | None = None) -> dict[str, dict
 
 
 def lowest(r: dict) -> str:
-    """The category of lowest valid speed-up: '0.93x coding'."""
-    cells = [(number(c.get("speedup")), name) for name, c in r.get("per_category", {}).items()
-             if speedup(c.get("speedup"), c.get("tau"))]
+    """The category of lowest valid speed-up: '0.93x coding'; where the run was priced on its cost curve, also the
+    lowest priced one (each category's fed rows on the sweep: what the drafter chose, without the machine's noise
+    or the host's time): '0.93x coding · priced 0.99x rag'."""
+    cats = r.get("per_category", {}).items()
+    cells = [(number(c.get("speedup")), name) for name, c in cats if speedup(c.get("speedup"), c.get("tau"))]
     if not cells or len(cells) < 2:
         return ""
     x, name = min(cells)
-    return f"{x:.2f}x {name}"
+    priced = [(number(c.get("curve_speedup")), name) for name, c in cats if (number(c.get("curve_speedup")) or 0) > 0]
+    return f"{x:.2f}x {name}" + (" · priced {:.2f}x {}".format(*min(priced)) if len(priced) == len(cells) else "")
 
 
 BASES = ("ar", "generate")  # the rows every speed-up is measured against: no lowest category of their own
