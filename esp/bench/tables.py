@@ -81,13 +81,13 @@ def lowest(r: dict) -> str:
     """The category of lowest valid speed-up: '0.93x coding'; where the run was priced on its cost curve, also the
     lowest priced one (each category's fed rows on the sweep: what the drafter chose, without the machine's noise
     or the host's time): '0.93x coding · priced 0.99x rag'."""
-    cats = r.get("per_category", {}).items()
-    cells = [(number(c.get("speedup")), name) for name, c in cats if speedup(c.get("speedup"), c.get("tau"))]
+    cats = r.get("per_category", {})
+    cells = [(number(c.get("speedup")), name) for name, c in cats.items() if speedup(c.get("speedup"), c.get("tau"))]
     if not cells or len(cells) < 2:
         return ""
     x, name = min(cells)
-    priced = [(number(c.get("curve_speedup")), name) for name, c in cats if (number(c.get("curve_speedup")) or 0) > 0]
-    return f"{x:.2f}x {name}" + (" · priced {:.2f}x {}".format(*min(priced)) if len(priced) == len(cells) else "")
+    priced = [(p, name) for name, c in cats.items() if (p := number(c.get("curve_speedup")) or 0) > 0]
+    return f"{x:.2f}x {name}" + (" · priced {:.2f}x {}".format(*min(priced)) if len(priced) == len(cats) else "")
 
 
 BASES = ("ar", "generate")  # the rows every speed-up is measured against: no lowest category of their own
