@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from esp.budget.batch import BatchWidth
-from esp.budget.width import LOSS_BUDGET, LOSS_SHARE, LOSS_START, PLAIN_GAP, RECHECK, Backoff, choose
+from esp.budget.width import LOSS_BUDGET, LOSS_SHARE, LOSS_START, PLAIN_GAP, Backoff, choose
 from esp.budget.cost import CostCurve, smooth
 from esp.decoding.batch import BatchDecoder
 from esp.drafters.candidates import Draft
@@ -217,43 +217,6 @@ def test_under_the_cap_drafts_that_pay_keep_drafting_at_full_width():
     widths, losses = _capped(100, tokens=6)
     assert all(w > 1 for w in widths) and widths[1:] == [64] * 99  # gains fund every later step
     assert losses[-1] < -100  # and the call gains
-
-
-def _out_of_room(n: int, skip: bool) -> tuple[list[int], int]:
-    """n steps of a call whose drafts never pay on the fake machine (a curve that does not move), drafting two rows
-    whenever the cap admits them: each step's width and how many steps priced their widths. `skip`: a step that
-    `must_rest` says is plain is not priced (the drafter's way); else every step is."""
-    curve, b = CostCurve(*CURVE), Backoff()
-    widths, priced = [], 0
-    for _ in range(n):
-        rest = not b.drafting or (skip and b.must_rest())
-        priced += not rest
-        rows = 2 if not rest and b.may_draft(curve.table(64)) else 1
-        widths.append(rows)
-        b.observe(rows, 1, curve.predict(rows), curve.predict(1))
-    return widths, priced
-
-
-def test_a_call_out_of_room_prices_its_widths_only_as_its_room_nears_the_cheapest():
-    widths, priced = _out_of_room(200, skip=True)
-    assert widths == _out_of_room(200, skip=False)[0]  # the same steps drafted as when every step is priced
-    drafted = sum(w > 1 for w in widths)
-    assert drafted >= 4  # the room kept growing back to the cheapest width, DELTA
-    # priced: the first step, each step after a drafted one, and the steps whose room was within RECHECK of DELTA
-    near = math.ceil((1 - RECHECK) * DELTA / LOSS_SHARE)
-    assert priced <= 1 + drafted * (near + 1)
-    assert priced < 200 / 3
-
-
-def test_a_resting_step_prices_no_width(tiny_lm):
-    lm, prompt, n = tiny_lm("llama"), [3, 1, 4, 1, 5, 9, 2, 6], 120
-    d = Scripted(Decoder(lm, max_new_tokens=n).generate(prompt).tokens, len(prompt), right=False)
-    tables, table = [], d.curve.table
-    d.curve.table = lambda *a, **k: tables.append(1) or table(*a, **k)
-    steps = Decoder(lm, d, max_new_tokens=n).generate(prompt).steps[1:]
-    plain = sum(s.cost["mode"] == "plain" for s in steps)
-    assert plain > len(steps) / 2
-    assert len(tables) <= len(steps) - plain + (plain + 1) // 3  # most resting steps built no table
 
 
 def test_a_backed_off_step_grows_no_tree_and_costs_a_plain_step(tiny_lm):

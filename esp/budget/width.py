@@ -27,7 +27,6 @@ LOSS_SHARE = 0.015  # eps: plain steps' worth a call may lose per step it has ru
 # with L0 and the drafter's host time, a 64-token call that cannot win stays within 3% of plain decoding (3% let
 # such calls lose 3-6% of their forwards, priced on a sweep of the AVX512 EPYC, 13 development questions)
 LOSS_START = 0.5  # L0: plain steps' worth a call may lose before its steps have earned any allowance
-RECHECK = 0.8  # a call out of room prices its widths again once its room is this share of the cheapest it last saw
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +144,6 @@ class LossCap:
     allowance: float
     steps: int = 0
     net: float = 0.0
-    cheapest: float | None = None  # the least worst case past one row at the call's last pricing (`Backoff.affordable`)
 
     def room(self) -> float:
         """Plain steps' worth of worst-case extra cost the next step may take."""
@@ -227,20 +225,9 @@ class Backoff:
         infinite past index 1 while backed off."""
         seconds = np.asarray(seconds, dtype=np.float64)
         worst = seconds / seconds[1] - 1.0
-        self.cap.cheapest = float(worst[2:].min()) if worst.size > 2 else None
         keep = worst <= (self.room() if self.drafting else -1.0)
         keep[: 2] = True
         return np.where(keep, seconds, np.inf)
-
-    def must_rest(self) -> bool:
-        """Whether the next step is plain before its widths are priced: backed off, or the call's room short of
-        RECHECK of the cheapest worst case past one row at its last pricing, with only plain steps since. A plain
-        step teaches the curve its one-row knot and its level alone, so those worst cases move little meanwhile,
-        and a width out of reach stays so until the room has grown; a step judged so early only starts its probe
-        later, in a call whose drafts have not paid. Pricing every such step cost 0.1 ms of the 0.3 ms a resting step
-        added to plain decoding's host time (float32, the 2-core EPYC)."""
-        cheapest = self.cap.cheapest
-        return not self.drafting or (cheapest is not None and self.room() < RECHECK * cheapest)
 
     def may_draft(self, seconds: np.ndarray) -> bool:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""
@@ -261,7 +248,6 @@ class Backoff:
             self.t1 = seconds if self.t1 is None else self.t1 + w * (seconds - self.t1)
             self.left = max(self.left - 1, 0)
             return
-        self.cap.cheapest = None  # the step taught the curve a wider knot: price the next step afresh
         t1 = self.t1 if self.t1 is not None else t1_hint
         lost = seconds - tokens * t1
         self.cap.net += lost / t1

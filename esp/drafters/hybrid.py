@@ -305,10 +305,8 @@ class HybridDrafter(Drafter):
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
         guarded = self.guard is not None and ctx.step > 0
-        if guarded and self.guard.must_rest():  # one row, whatever the curve says (no table to build)
-            plain = np.full(self.cfg.cap + 1, np.inf)
-            plain[:2] = 0.0, self.curve.predict(1)
-            return plain
+        if guarded and not self.guard.drafting:  # backed off: one row, whatever the curve says (no table to build)
+            return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
         return self.guard.affordable(cost) if guarded else cost
 
