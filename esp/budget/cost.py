@@ -197,8 +197,8 @@ class CostCurve:
         """The exploration discount of r = 0..upto rows: EXPLORE on a knot with no samples, falling as
         EXPLORE_N / (EXPLORE_N + n) with its n samples, interpolated between knots; on the one-row anchor's width
         too (so on a fresh shape the ratios to t(1) that the width choice reads are the shape's until the anchor has
-        samples, and then a wider width's worst case falls by up to EXPLORE of t(1) within a few plain steps);
-        never on a stored sweep measured idle."""
+        samples, and then a wider width's worst case t(r) / t(1) - 1 falls by up to EXPLORE x t(r) / t(1) within a few
+        plain steps); never on a stored sweep measured idle."""
         if self.weight >= EXPLORE_N:
             return np.zeros(upto + 1)
         d = np.array([EXPLORE * EXPLORE_N / (EXPLORE_N + n) for n in self.n])
