@@ -11,7 +11,7 @@ import torch
 
 from esp.budget.batch import BatchWidth
 from esp.budget.width import LOSS_BUDGET, LOSS_SHARE, LOSS_START, PLAIN_GAP, Backoff, choose
-from esp.budget.cost import CostCurve, smooth
+from esp.budget.cost import SHAPE_WEIGHT, CostCurve, smooth
 from esp.decoding.batch import BatchDecoder
 from esp.drafters.candidates import Draft
 from esp.drafters.hybrid import HybridDrafter
@@ -117,11 +117,11 @@ class Scripted(HybridDrafter):
     """Proposes a chain of `depth` tokens with P 0.9 per node that never learns: the true continuation
     (drafts that pay) or a wrong token at every depth (P always wrong)."""
 
-    def __init__(self, truth: list[int], n_prompt: int, right: bool, depth: int = 8):
-        super().__init__(sources=("lookup", "table"), curve=CostCurve(*CURVE, rate=0.0))
+    def __init__(self, truth: list[int], n_prompt: int, right: bool, depth: int = 8, curve: CostCurve | None = None):
+        super().__init__(sources=("lookup", "table"), curve=curve or CostCurve(*CURVE, rate=0.0))
         self.truth, self.n_prompt, self.right, self.depth = truth, n_prompt, right, depth
-        fake = CostCurve(*CURVE)
-        self.step_seconds = lambda res: fake.predict(res.layout.size)  # a fake clock: the fake curve's time
+        self.fake = CostCurve(*CURVE)
+        self.step_seconds = lambda res: self.fake.predict(res.layout.size)  # a fake clock: the fake curve's time
 
     def _draft(self, ctx):
         done = len(ctx.tokens) - self.n_prompt
@@ -139,11 +139,16 @@ class Scripted(HybridDrafter):
         self.memory.reliability = [4.0, 4.0]  # P stays what the script says, however wrong
         return notes
 
+    def _costs(self, res, *args, learn=True):
+        for rows, _ in res.forward.timed if learn else ():  # a curve that learns, learns the fake clock
+            self.curve.observe(rows, self.fake.predict(rows))
+        return super()._costs(res, *args, learn=False)
 
-def _decode(lm, right: bool, n: int = 80):
+
+def _decode(lm, right: bool, n: int = 80, curve: CostCurve | None = None):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     ar = Decoder(lm, max_new_tokens=n).generate(prompt)
-    d = Scripted(ar.tokens, len(prompt), right)
+    d = Scripted(ar.tokens, len(prompt), right, curve=curve)
     run = Decoder(lm, d, max_new_tokens=n).generate(prompt)
     assert run.tokens == ar.tokens  # lossless whatever the drafter does
     return d, run.steps[1:]
@@ -213,6 +218,28 @@ def test_the_cap_bounds_a_calls_loss_when_drafts_never_pay(host):
     assert losses[-1] <= LOSS_SHARE * 300 + LOSS_START + host  # 1.5% of a plain decode, plus half a step
 
 
+def fresh(t2: float = CURVE[1][1]) -> CostCurve:
+    """The fake machine's curve (a second row at `t2` plain steps) as a shipped shape, the way a fresh machine starts:
+    no samples at any knot, so the width choice reads it discounted for exploration (a fifth cheaper at first)."""
+    return CostCurve(CURVE[0], [1.0, t2, CURVE[1][2]], weight=SHAPE_WEIGHT, scaled=False)
+
+
+def test_the_cap_reads_worst_cases_from_the_curve_not_from_its_exploration_discount():
+    curve, b = fresh(t2=1.6), Backoff()
+    curve.observe(1, 1.0)  # the level, and a first sample at the one-row anchor: wider knots still discounted
+    explore, honest = curve.table(64, explore=True), curve.table(64)
+    assert explore[2] / explore[1] - 1 <= b.room() < honest[2] / honest[1] - 1  # the discount would admit 2 rows
+    assert np.isfinite(b.affordable(explore)[2])
+    assert not b.may_draft(explore, honest) and np.isinf(b.affordable(explore, honest)[2:]).all()
+    assert np.array_equal(b.affordable(explore, honest)[:2], explore[:2])  # what it admits is priced as the choice reads it
+
+
+def test_on_a_fresh_curve_a_call_whose_drafts_never_pay_stays_within_the_cap_at_every_step(tiny_lm):
+    d, steps = _decode(tiny_lm("llama"), right=False, n=120, curve=fresh())
+    assert any(s.cost["rows"] > 1 for s in steps)  # it did probe
+    assert all(_charged(steps[:n], 1.0) <= cap_bound(n) + 1e-9 for n in range(1, len(steps) + 1))
+
+
 def test_under_the_cap_drafts_that_pay_keep_drafting_at_full_width():
     widths, losses = _capped(100, tokens=6)
     assert all(w > 1 for w in widths) and widths[1:] == [64] * 99  # gains fund every later step
@@ -255,21 +282,22 @@ class FakeClockWidth(BatchWidth):
         secs = self.price.predict(self.batch * fed)
         if width is not None:
             self.book.append((self.batch * fed, sum(tokens), secs))
-        super().observe(width, fed, tokens, secs, [])
+        super().observe(width, fed, tokens, secs, [(self.batch * fed, secs)] if width is not None else [])
 
 
-def _batch(lm, right: bool, b: int = 8, n: int = 60):
+def _batch(lm, right: bool, b: int = 8, n: int = 60, curve=lambda: None):
     prompts = [[3 + i, 1, 4, 1, 5, 9, 2, 6] for i in range(b)]
     truth = [Decoder(lm, max_new_tokens=n).generate(p).tokens for p in prompts]
-    drafters = [Scripted(t, len(p), right) for t, p in zip(truth, prompts)]
+    drafters = [Scripted(t, len(p), right, curve=curve()) for t, p in zip(truth, prompts)]
     planner = FakeClockWidth()
     got = BatchDecoder(lm, drafters, max_new_tokens=n, planner=planner).generate(prompts)
     assert [g.tokens for g in got] == truth  # lossless, every row
     return planner
 
 
-def test_at_b8_a_batch_whose_drafts_never_pay_stays_within_the_cap(tiny_lm):
-    planner = _batch(tiny_lm("llama"), right=False)
+@pytest.mark.parametrize("curve", [lambda: None, fresh], ids=["stored", "fresh"])
+def test_at_b8_a_batch_whose_drafts_never_pay_stays_within_the_cap(tiny_lm, curve):
+    planner = _batch(tiny_lm("llama"), right=False, curve=curve)
     t1 = planner.price.predict(8)  # a plain step of the batch: 8 rows
     assert all(tokens == 8 for _, tokens, _ in planner.book)  # one token per row per step: nothing accepted
     assert any(rows > 8 for rows, _, _ in planner.book)  # it did probe

@@ -117,7 +117,7 @@ class BatchWidth(BatchPadding):
             self.backoff.t1 = None if t1 is None or not was else t1 * (
                 self.curve.predict(b * self.rows(b, 1)) / self.curve.predict(was * self.rows(was, 1)))
             self.batch, self.backoff.n1 = b, 0
-        if not self.backoff.drafting or self.left or not self.backoff.may_draft(self._seconds(b, self.REST_MAX)):
+        if not self.backoff.drafting or self.left or not self.backoff.may_draft(*self._seconds(b, self.REST_MAX)):
             self.left = max(self.left - 1, 0)
             return [Budget(rows=1) for _ in drafters]
         offers = [d.offer(c) for d, c in zip(drafters, ctxs)]
@@ -131,15 +131,18 @@ class BatchWidth(BatchPadding):
         top = min(o.size for o in offers) - 1
         rows = np.array([o[1 : top + 1] for o in offers])
         expected = rows.sum(axis=0) if self.refill else len(offers) * rows.min(axis=0)
-        score = expected / self.backoff.affordable(self._seconds(len(offers), top))[1:]
+        score = expected / self.backoff.affordable(*self._seconds(len(offers), top))[1:]
         score[0] *= 1 + self.margin
         return int(score.argmax()) + 1
 
-    def _seconds(self, b: int, top: int) -> np.ndarray:
-        """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused)."""
+    def _seconds(self, b: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's forward time at Q rows per sequence as it is fed (padded), Q = 0..top (index 0 unused): as the
+        width choice reads it (discounted for exploration), and as the loss cap does (the curve's own estimate)."""
         at = b * np.arange(1, top + 1)
         seconds = self.curve.table(b * top, explore=True)[at]
-        return np.concatenate([[np.inf], seconds[padded(seconds, self.curve.trusted(b * top)[at], seconds) - 1]])
+        fed = padded(seconds, self.curve.trusted(b * top)[at], seconds) - 1
+        honest = self.curve.table(b * top)[at]
+        return tuple(np.concatenate([[np.inf], x[fed]]) for x in (seconds, honest))
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) whose rows emitted `tokens` in

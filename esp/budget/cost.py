@@ -100,7 +100,7 @@ class CostCurve:
     steps: int = field(default=0, compare=False)  # samples learned so far
     n: list[float] | None = field(default=None, compare=False)  # samples per knot, prior weight included
     shape: list[float] | None = field(default=None, compare=False)  # the knots as first given (the prior's shape)
-    _last: tuple | None = field(default=None, init=False, compare=False, repr=False)  # the last `table`, keyed by state
+    _last: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # the last `table` of each kind
 
     def __post_init__(self):
         if len(self.q) != len(self.t) or not self.q or sorted(set(self.q)) != list(self.q) or self.q[0] < 1:
@@ -142,17 +142,19 @@ class CostCurve:
         """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
         for every r at once (it is read every step, and the curve moves every step). `explore`: with the
         discount on knots of few samples (what the width choice reads; see the module's docstring). Read-only: a
-        step reads it two or three times between two samples, so the last one is kept until the curve moves."""
-        key = (upto, explore, self.rate, self.weight, tuple(self.t), tuple(self.n))
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
+        step reads it two or three times between two samples, so the last one of each kind is kept until the curve
+        moves (a budgeted step reads both: its choice the discounted one, its loss cap the plain one)."""
+        key = (upto, self.rate, self.weight, tuple(self.t), tuple(self.n))
+        last = self._last.get(explore)
+        if last is not None and last[0] == key:
+            return last[1]
         if explore and self.rate > 0:
             out = np.maximum(self._interp(self._hopeful(), upto), 1e-9) * (1 - self._discount(upto))
         else:
             out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
         out[0] = 0.0
         out.setflags(write=False)
-        self._last = (key, out)
+        self._last[explore] = (key, out)
         return out
 
     def _hopeful(self) -> np.ndarray:

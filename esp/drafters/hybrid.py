@@ -301,14 +301,15 @@ class HybridDrafter(Drafter):
 
     def _priced(self, ctx: Context) -> np.ndarray | None:
         """The step's cost table under `bc=auto` alone (None under a flat budget or a batch's): the curve, with the
-        widths the per-call loss cap does not admit priced at infinity (`Backoff.affordable`)."""
+        widths the per-call loss cap does not admit, by their worst cases on the curve's own estimate, priced at
+        infinity (`Backoff.affordable`)."""
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
         guarded = self.guard is not None and ctx.step > 0
         if guarded and not self.guard.drafting:  # backed off: one row, whatever the curve says (no table to build)
             return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
-        return self.guard.affordable(cost) if guarded else cost
+        return self.guard.affordable(cost, self.curve.table(self.cfg.cap)) if guarded else cost
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
