@@ -141,8 +141,8 @@ class BatchWidth(BatchPadding):
         at = b * np.arange(1, top + 1)
         seconds = self.curve.table(b * top, explore=True)[at]
         fed = padded(seconds, self.curve.trusted(b * top)[at], seconds) - 1
-        honest = self.curve.table(b * top)[at]
-        return tuple(np.concatenate([[np.inf], x[fed]]) for x in (seconds, honest))
+        own = self.curve.table(b * top)[at]
+        return tuple(np.concatenate([[np.inf], x[fed]]) for x in (seconds, own))
 
     def observe(self, width: int | None, fed: int, tokens: list[int], seconds: float, timed: list) -> None:
         """Book a decoding step of `width` rows per sequence (fed as `fed`) whose rows emitted `tokens` in

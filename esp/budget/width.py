@@ -220,23 +220,23 @@ class Backoff:
         """Plain steps' worth of worst-case extra cost the next step may take under the per-call cap."""
         return self.cap.room()
 
-    def affordable(self, seconds: np.ndarray, worst: np.ndarray | None = None) -> np.ndarray:
+    def affordable(self, seconds: np.ndarray, own: np.ndarray | None = None) -> np.ndarray:
         """`seconds[i]` (a cost table, index 1 the plain width, index 0 unused) with every width whose
         worst case t(r) / t(1) - 1 exceeds `room` priced at infinity, so that no budget picks it; all
-        infinite past index 1 while backed off. `worst`: the table the worst cases are read from, if not
+        infinite past index 1 while backed off. `own`: the table the worst cases are read from, if not
         `seconds`: the curve's own estimate (`CostCurve.table`) where `seconds` is what the width choice reads,
         discounted for exploration, since a discounted worst case can fall below zero on a fresh curve and
         would admit a width the call cannot afford."""
         seconds = np.asarray(seconds, dtype=np.float64)
-        honest = seconds if worst is None else np.asarray(worst, dtype=np.float64)
-        worst = honest / honest[1] - 1.0
+        own = seconds if own is None else np.asarray(own, dtype=np.float64)
+        worst = own / own[1] - 1.0
         keep = worst <= (self.room() if self.drafting else -1.0)
         keep[: 2] = True
         return np.where(keep, seconds, np.inf)
 
-    def may_draft(self, seconds: np.ndarray, worst: np.ndarray | None = None) -> bool:
+    def may_draft(self, seconds: np.ndarray, own: np.ndarray | None = None) -> bool:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""
-        return bool(np.isfinite(self.affordable(seconds, worst)[2:]).any())
+        return bool(np.isfinite(self.affordable(seconds, own)[2:]).any())
 
     def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float) -> None:
         """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
