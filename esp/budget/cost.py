@@ -144,11 +144,14 @@ class CostCurve:
         discount on knots of few samples (what the width choice reads; see the module's docstring). Read-only: a
         step reads it two or three times between two samples, so the last one of each kind is kept until the curve
         moves (a budgeted step reads both: its choice the discounted one, its loss cap the plain one)."""
+        # A frozen curve, or a stored sweep measured idle (every knot measured, no discount), explores nothing: its
+        # discounted table is its own, so a step that reads both builds one.
+        explore = explore and self.rate > 0 and (self.weight < EXPLORE_N or min(self.n) < EXPLORE_N)
         key = (upto, self.rate, self.weight, tuple(self.t), tuple(self.n))
         last = self._last.get(explore)
         if last is not None and last[0] == key:
             return last[1]
-        if explore and self.rate > 0:
+        if explore:
             out = np.maximum(self._interp(self._hopeful(), upto), 1e-9) * (1 - self._discount(upto))
         else:
             out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
