@@ -19,6 +19,7 @@ import re
 import torch
 
 import esp.device
+from esp.models.cpu_kernels import pick as pick_kernels
 from esp.models.lm import LM
 from esp.models.loader import default_device, load
 
@@ -96,8 +97,11 @@ def load_model(name: str, dtype: str = "float32") -> LM:
     lm = load(name) if mode() == "local" else load(name, device="cpu", dtype="float32")
     if dtype != "bfloat16" or lm.dtype == torch.bfloat16:
         return lm
-    if name not in _BF16:  # copied from the float32 weights: the same model, rounded once
-        _BF16[name] = LM(copy.deepcopy(lm.model).to(torch.bfloat16), lm.tokenizer, lm.name)
+    if name not in _BF16:  # copied from the float32 weights: the same model, rounded once (a deep copy is dense)
+        model = copy.deepcopy(lm.model).to(torch.bfloat16)
+        if lm.device.type == "cpu":
+            pick_kernels(model, lm.tokenizer, lm.name)
+        _BF16[name] = LM(model, lm.tokenizer, lm.name)
     return _BF16[name]
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT
 from esp.bench import report
-from esp.bench.provenance import FLAGS, cpu, provenance
+from esp.bench.provenance import FLAGS, cpu, note_kernels, provenance
 
 PAGE = ROOT / "docs" / "BENCHMARKS.md"
 
@@ -92,6 +93,16 @@ def test_a_file_s_own_provenance_wins_over_the_manifest(tmp_path):
     other = {**made, "machine": {**made["machine"], "cpu": "Other CPU"}}
     with pytest.raises(ValueError, match="one machine per table"):
         results(tmp_path, {"a.json": bench_file(made), "b.json": bench_file(other)}, {})
+
+
+def test_a_table_s_machine_line_names_the_packed_kernels_its_file_ran_on(tmp_path):
+    made = {"machine": {"cpu": "New CPU", "flags": ["avx2"], "isa": "AVX2", "emulated": False, "cores": 2},
+            "date": "2026-12-05T10:00:00Z", "command": "python -m esp.bench --new"}
+    note_kernels(made, SimpleNamespace(packed=True))
+    page = results(tmp_path, {"a.json": bench_file(made)}, {})
+    assert "### t · New CPU, 2 cores, class AVX2 (avx2), oneDNN packed kernels · 2026-12-05" in page
+    note_kernels(made, SimpleNamespace(packed=False))
+    assert made["machine"]["kernels"] == "default" and "packed" not in results(tmp_path, {"a.json": bench_file(made)}, {})
 
 
 def test_a_table_s_machine_line_and_its_group_come_from_its_results_file(tmp_path, monkeypatch):

@@ -52,6 +52,12 @@ def isa() -> dict:
     return {"isa": run, "emulated": run != own} | ({"isa_hardware": own, "held": held()} if run != own else {})
 
 
+def note_kernels(made: dict, lm) -> None:
+    """Record in a provenance's machine which linear kernels the loaded model ran on (esp.models.cpu_kernels):
+    on one CPU they can change a forward's time twofold."""
+    made["machine"]["kernels"] = "packed" if getattr(lm, "packed", False) else "default"
+
+
 def command(argv: list[str] | None, prog: str = PROG) -> str:
     """The command line that ran, as a reader would type it again (`argv` as given to main, else sys.argv's)."""
     return " ".join([prog, shlex.join(sys.argv[1:] if argv is None else argv)]).strip()
@@ -77,5 +83,6 @@ def describe(m: dict) -> str:
     if m.get("emulated"):
         holds = " ".join(f"{k}={v}" for k, v in (m.get("held") or {}).items())
         kind += f" on an {m.get('isa_hardware', 'unknown')} CPU held by {holds or 'nothing recorded'}"
-    where = f"{m['cpu']}, {m['cores']} cores, {kind} ({flags})"
+    packed = ", oneDNN packed kernels" if m.get("kernels") == "packed" else ""
+    where = f"{m['cpu']}, {m['cores']} cores, {kind} ({flags}){packed}"
     return f"{m['gpu']} (host: {where})" if m.get("gpu") else where

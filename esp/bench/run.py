@@ -39,7 +39,7 @@ from esp.decoding.layout import BUILDERS
 from esp.errors import ESPError
 from esp.methods import build, parse
 from esp.bench.oracle import oracle_width, price
-from esp.bench.provenance import provenance
+from esp.bench.provenance import note_kernels, provenance
 from esp.bench.questions import load_questions
 from esp.bench.shard import Shard, start
 from esp.decoding.timer import Phases
@@ -644,6 +644,7 @@ def _throughput(a: argparse.Namespace, specs: list[str], questions: list[dict], 
     except ValueError as e:
         fail(str(e))
     lm = load_model(a)
+    note_kernels(made, lm)
     prompts = [lm.chat_ids(q["turns"][0]) for q in questions]
     runs = batch.report(lm, prompts, specs, sizes, a.max_new_tokens, a.json, {"provenance": made, "questions": a.questions},
                         rounds=a.rounds, static=a.static)
@@ -657,6 +658,7 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
     shard = start()
     try:
         lm = load_model(a, device=shard.device(), gpus=shard.gpus() if a.device_map == "auto" else None)
+        note_kernels(made, lm)
         folder = before = None
         if a.answers:
             names = specs + ([GENERATE] if a.reference else [])

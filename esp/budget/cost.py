@@ -73,13 +73,20 @@ PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that save
 # than 4-8 (a 2-core AVX512 EPYC: t(2) = 1.5-1.55, t(3) = 1.8-2.05, t(4..8) = 1.2-1.55, t(16) = 1.5-1.9); on an
 # Intel one they do not (a 2-core AMX Xeon, 2 threads, 2026-12-03: 1.2, 1.29, 1.73, 1.77, 1.77, 2.0, 2.26 at
 # 2-10 rows, 2.17 at 16, 5.38 at 128); CPU bfloat16 where native (AMX / AVX512-BF16): nearly flat to 32 rows;
-# CUDA: a small model's forward reads the weights once, so rows are nearly free.
+# CUDA: a small model's forward reads the weights once, so rows are nearly free. Packed CPU kernels
+# (esp.models.cpu_kernels, oneDNN), a 2-core AVX512-BF16 EPYC, SmolLM2-135M, 2026-12-05: float32 t(2) = 1.14,
+# t(4) = 1.13, t(8) = 1.28, t(16) = 1.5; held to AVX2, 1.16, 1.29, 1.51, 2.03; bfloat16 1.09, 1.14, 1.28, 1.43.
 SHAPES = {
     "cpu-float32": (1.0, 1.3, 1.4, 1.45, 1.5, 1.55, 1.7, 1.8, 1.9, 2.1, 2.25, 2.4, 2.7, 3.0, 3.3, 4.0, 4.6),
     "cpu-float32-avx512": (1.0, 1.5, 1.9, 1.4, 1.4, 1.45, 1.45, 1.6, 1.65, 1.75, 1.8, 1.9, 2.3, 2.9, 3.4, 4.6, 5.4),
     "cpu-float32-avx512-intel": (1.0, 1.2, 1.3, 1.7, 1.75, 1.8, 2.0, 2.25, 2.25, 2.2, 2.3, 2.4, 2.7, 3.2, 3.8, 4.4,
                                  5.4),
     "cpu-bfloat16": (1.0, 1.05, 1.08, 1.1, 1.12, 1.14, 1.18, 1.22, 1.26, 1.35, 1.45, 1.55, 1.75, 2.1, 2.5, 3.3, 4.0),
+    "cpu-float32-packed": (1.0, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 1.7, 1.8, 2.05, 2.25, 2.5, 2.95, 4.3, 5.2, 7.2, 9.3),
+    "cpu-float32-packed-avx512": (1.0, 1.15, 1.17, 1.15, 1.17, 1.2, 1.28, 1.35, 1.4, 1.5, 1.6, 1.8, 2.1, 2.7, 3.2, 4.4,
+                                  5.5),
+    "cpu-bfloat16-packed": (1.0, 1.1, 1.1, 1.14, 1.15, 1.17, 1.28, 1.34, 1.36, 1.45, 1.55, 1.8, 2.05, 2.7, 3.35, 4.45,
+                            5.7),
     "cuda": (1.0, 1.01, 1.02, 1.02, 1.03, 1.03, 1.04, 1.05, 1.06, 1.08, 1.1, 1.12, 1.15, 1.22, 1.3, 1.45, 1.6),
 }
 
@@ -281,10 +288,11 @@ def smooth(t: list[float], noise: list[float]) -> list[float]:
 
 
 def curve_key(lm) -> str:
-    """Which machine setting a curve belongs to: model, device, dtype, threads."""
+    """Which machine setting a curve belongs to: model, device, dtype (and packed CPU kernels), threads."""
     dev = lm.device.type if lm.device.type != "cuda" else torch.cuda.get_device_name(lm.device).replace(" ", "_")
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", lm.name)
-    return f"{name}-{dev}-{str(lm.dtype).removeprefix('torch.')}-{torch.get_num_threads()}t"
+    packed = "-packed" if getattr(lm, "packed", False) else ""
+    return f"{name}-{dev}-{str(lm.dtype).removeprefix('torch.')}{packed}-{torch.get_num_threads()}t"
 
 
 def cache_dir() -> Path:
@@ -298,7 +306,9 @@ def shape_for(lm, key: str = "") -> CostCurve:
     # bfloat16 is flat only where the CPU computes it natively; emulated, wide blocks cost more than in float32.
     native = dt != "bfloat16" or native_bf16()
     name = "cuda" if lm.device.type == "cuda" else f"cpu-{dt}" if f"cpu-{dt}" in SHAPES and native else "cpu-float32"
-    if name == "cpu-float32" and dt == "float32" and cpu_capability() == "AVX512":
+    if getattr(lm, "packed", False) and name.startswith("cpu"):
+        name += "-packed-avx512" if name == "cpu-float32" and cpu_capability() == "AVX512" else "-packed"
+    elif name == "cpu-float32" and dt == "float32" and cpu_capability() == "AVX512":
         name = "cpu-float32-avx512-intel" if cpu_vendor() == "GenuineIntel" else "cpu-float32-avx512"
     return CostCurve(list(GRID), list(SHAPES[name]), key=key, weight=SHAPE_WEIGHT, scaled=False)
 

@@ -33,10 +33,19 @@ def cpu_name() -> str:
     return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
-def verdict_path(model_name: str) -> Path:
-    """Where the check's verdict for `model_name` on this CPU and thread count is kept."""
+def verdict_path(model_name: str, kind: str = "dtype", extra: str = "") -> Path:
+    """Where a check's verdict (`kind`: "dtype", "kernels") for `model_name` on this CPU and thread count is kept;
+    `extra` names what else it depends on."""
     safe = lambda s: re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_")
-    return cache_root() / "dtype" / f"{safe(model_name)}-{safe(cpu_name())}-{torch.get_num_threads()}t.json"
+    tail = f"-{safe(extra)}" if extra else ""
+    return cache_root() / kind / f"{safe(model_name)}-{safe(cpu_name())}-{torch.get_num_threads()}t{tail}.json"
+
+
+def machine() -> dict:
+    """What a stored verdict was measured on: the CPU, its native flags, torch's kernel level, threads, when."""
+    return {"cpu": cpu_name(), "flags": sorted(set(NATIVE) & cpu_flags()),
+            "capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def pick(model, tokenizer, name: str) -> torch.dtype:
@@ -52,9 +61,7 @@ def pick(model, tokenizer, name: str) -> torch.dtype:
     fp32_s, bf16_s = compare(model, tokenizer, name)
     dtype = torch.bfloat16 if fp32_s >= FASTER * bf16_s else torch.float32
     record = {"dtype": str(dtype).removeprefix("torch."), "float32_s": round(fp32_s, 6), "bfloat16_s": round(bf16_s, 6),
-              "rows": list(CHECK_ROWS), "context": CHECK_CONTEXT, "cpu": cpu_name(),
-              "flags": sorted(set(NATIVE) & cpu_flags()), "capability": torch.backends.cpu.get_cpu_capability(),
-              "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+              "rows": list(CHECK_ROWS), "context": CHECK_CONTEXT, **machine()}
     write_atomic(path, json.dumps(record))  # a read-only cache: the next load checks again
     return dtype
 

@@ -7,6 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from esp.device import to_device
+from esp.models.packed import PackedLinear
 from esp.errors import ESPError
 
 
@@ -54,8 +55,15 @@ class LM:
         self.head_calls = 0  # LM-head calls so far (tests check that a step makes only the ones it needs)
 
     @property
+    def packed(self) -> bool:
+        """Whether its linear layers run on oneDNN's packed weights (esp.models.cpu_kernels packs all or none):
+        another cost curve than the dense layers'."""
+        return isinstance(self._modules.head, PackedLinear) and self._modules.head.packed is not None
+
+    @property
     def vocab_size(self) -> int:
-        return self._modules.head.weight.shape[0]
+        head = self._modules.head
+        return head.out_features if isinstance(head, torch.nn.Linear) else head.weight.shape[0]
 
     def new_cache(self) -> DynamicCache:
         # No config: every layer keeps all its keys, so accepted paths can be gathered by position;
@@ -72,8 +80,9 @@ class LM:
     def head(self, hidden: torch.Tensor, views: bool = False) -> torch.Tensor:
         """Logits for post-norm hidden rows, in float32 (float64 for float64 models). `views`: rows that only
         inform what a step shows and drafts (never the verifier's rows), read through oneDNN's float32 matmul
-        where this torch has it (`_onednn_linear`): the same logits up to float rounding, and on AVX-512 AMD CPUs
-        several times faster than MKL's, which the verifier's rows keep so that they stay as they were."""
+        where this torch has it and the head is not packed already (`_onednn_linear`): the same logits up to float
+        rounding, and on AVX-512 AMD CPUs several times faster than MKL's, which the verifier's rows of a dense
+        model keep so that they stay as the model's own forward makes them."""
         self.head_calls += 1
         module = self._modules.head
         fast = views and _plain_linear(module) and _onednn_ready(hidden, module.weight)

@@ -118,6 +118,10 @@ def _load(name: str, device: str | None, dtype: str | None, gpus: tuple[int, ...
         dt = pick(model, tok, label)
     if not gpus:
         model = model.to(dev, dt)
+        if dev.type == "cpu":
+            from esp.models.cpu_kernels import pick as pick_kernels
+
+            pick_kernels(model, tok, label)
     elif model.dtype != dt:  # a spread model stays where accelerate put it; only a converted GGUF needs a cast
         model = model.to(dt)
     lm = LM(model, tok, label)
