@@ -50,7 +50,8 @@ def use(swaps: list[Swap], packed: bool) -> None:
 def pick(model, tokenizer, name: str) -> bool:
     """Leave `model` (loaded, on the CPU) with packed linear layers if the stored (else now timed, then stored)
     check found it FASTER times faster with them; returns whether it did."""
-    path = verdict_path(name, "kernels", f"{str(model.dtype).removeprefix('torch.')}-{torch.backends.cpu.get_cpu_capability()}")
+    dtype = str(model.dtype).removeprefix("torch.")
+    path = verdict_path(name, "kernels", f"{dtype}-{torch.backends.cpu.get_cpu_capability()}")
     try:
         stored = json.loads(path.read_text())["packed"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -64,7 +65,7 @@ def pick(model, tokenizer, name: str) -> bool:
         dense_s, packed_s = compare(model, tokenizer, name, swaps)
         stored = dense_s >= FASTER * packed_s
         write_atomic(path, json.dumps({"packed": stored, "dense_s": round(dense_s, 6), "packed_s": round(packed_s, 6),
-                                       "dtype": str(model.dtype).removeprefix("torch."), **machine()}))
+                                       "dtype": dtype, **machine()}))
     use(swaps, stored)
     return stored
 

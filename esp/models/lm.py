@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from esp.device import to_device
-from esp.models.packed import PackedLinear
+from esp.models.packed import PackedLinear, packing_op
 from esp.errors import ESPError
 
 
@@ -179,28 +179,18 @@ def _plain_linear(module: torch.nn.Module) -> bool:
     return type(module) is torch.nn.Linear and module.bias is None
 
 
-_ONEDNN: dict[str, bool] = {}  # whether oneDNN's linear runs in this process (checked once)
-
-
 def _onednn_ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `x @ weight.T` can go through oneDNN's float32 linear here: CPU float32 tensors and a torch
-    built with oneDNN whose (internal, inductor's) linear op answers a first call as F.linear does."""
+    """Whether `x @ weight.T` can go through oneDNN's float32 linear here: CPU float32 tensors and a torch whose
+    oneDNN linear answers as F.linear does (`packing_op`)."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return False
-    if "ok" not in _ONEDNN:
-        op = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
-        try:
-            a, w = torch.randn(3, 8), torch.randn(5, 8)
-            _ONEDNN["ok"] = op is not None and torch.allclose(op(a, w, None, "none", [], ""), a @ w.T, atol=1e-5)
-        except RuntimeError:
-            _ONEDNN["ok"] = False
-    return _ONEDNN["ok"]
+    return packing_op() is not None
 
 
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`x @ weight.T` over the last dimension through oneDNN (the weight as it is, no packed copy)."""
     flat = x.reshape(-1, x.shape[-1]).contiguous()
-    return torch.ops.mkldnn._linear_pointwise(flat, weight, None, "none", [], "").view(*x.shape[:-1], -1)
+    return packing_op()[1](flat, weight, None, "none", [], "").view(*x.shape[:-1], -1)
 
 
 class IdTokenizer:

@@ -2,18 +2,27 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 
 DTYPES = (torch.float32, torch.bfloat16)  # the dtypes oneDNN's packed linear takes
 
 
+@functools.cache
 def packing_op():
-    """oneDNN's linear on packed weights (inductor's internal op), or None where this torch lacks it."""
-    if not torch.backends.mkldnn.is_available():
-        return None
+    """oneDNN's (reorder, linear) ops, inductor's internal ones, or None where this torch lacks them or their first
+    call, on a packed weight or a plain one, does not answer as F.linear does (checked once a process)."""
     ops = torch.ops.mkldnn
-    return (ops._reorder_linear_weight, ops._linear_pointwise) if hasattr(ops, "_linear_pointwise") else None
+    if not torch.backends.mkldnn.is_available() or not hasattr(ops, "_linear_pointwise"):
+        return None
+    try:
+        a, w = torch.randn(3, 8), torch.randn(5, 8)
+        ok = all(torch.allclose(ops._linear_pointwise(a, weight, None, "none", [], ""), a @ w.T, atol=1e-5)
+                 for weight in (w, ops._reorder_linear_weight(w)))
+    except RuntimeError:
+        ok = False
+    return (ops._reorder_linear_weight, ops._linear_pointwise) if ok else None
 
 
 class PackedLinear(torch.nn.Linear):
@@ -30,7 +39,7 @@ class PackedLinear(torch.nn.Linear):
         self.register_parameter("bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None or x.dtype != self.packed.dtype or x.device.type != "cpu":
+        if self.packed is None:  # moved or cast since (`_apply`)
             return torch.nn.functional.linear(x, self.dense(), self.bias)
         return self._linear(x, self.packed, self.bias, "none", [], "")
 
