@@ -123,7 +123,7 @@ class Scripted(HybridDrafter):
         self.fake = CostCurve(*CURVE)
         self.step_seconds = lambda res: self.fake.predict(res.layout.size)  # a fake clock: the fake curve's time
 
-    def _draft(self, ctx):
+    def _draft(self, ctx, cost=None):
         done = len(ctx.tokens) - self.n_prompt
         want = self.truth[done : done + self.depth]
         toks = [t if self.right else (t + 1) % ctx.lm.vocab_size for t in want]

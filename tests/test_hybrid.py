@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from conftest import SAMPLERS, repeated_prompt as _prompt, spec_bench
-from esp.budget.width import choose
+from esp.budget.width import Choice, choose, grown_enough
 from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
 from esp.decoding.drafter import Context
-from esp.drafters.candidates import calibrated
+from esp.drafters.candidates import History, calibrated
 from esp.drafters.hybrid import HybridDrafter
 from esp.drafters.pld import NgramIndex
 from esp.decoding.engine import Decoder
@@ -123,6 +123,48 @@ def test_masks_go_where_the_accepted_path_is_likely_to_end():
     assert len(c.masked) == 1 and c.rows == 1 + c.n + 2
 
 
+def test_growing_stops_only_where_no_further_candidate_can_change_the_choice():
+    """Random grown candidates, the next one's P, costs and mask values: wherever `grown_enough` says stop, candidates
+    added past the grown ones (each at most the next one's P) leave `choose` with the same pick for every mask count,
+    and a mask probe either picks alike or falls under the share of the chosen score it must keep."""
+    g = torch.Generator().manual_seed(4)
+    rand = lambda *shape: torch.rand(shape, generator=g, dtype=torch.float64)
+    stops = 0
+    for i in range(4000):
+        m, cap, k = i % 7, 2 + i % 23, 1 + i % 2
+        p = (rand(m).sort(descending=True).values ** (0.2, 1, 2)[i % 3]).tolist()
+        q = (p[-1] if m else 1.0) * (1.0 if i % 4 == 0 else float(rand(1)))
+        parents = [int(rand(1) * (c + 1)) for c in range(m)]
+        extra = 1 + i % 9
+        full_p = p + [q * (1.0 if i % 3 else float(rand(1))) for _ in range(extra)]
+        full_p[m:] = sorted(full_p[m:], reverse=True)
+        full_parents = parents + [int(rand(1) * (m + c + 1)) for c in range(extra)]
+        steps = (rand(cap) * (i % 5) * 0.2 * (rand(cap) < 0.6)).tolist()
+        cost = [0.0] + [1.0 + sum(steps[1:r]) for r in range(1, cap + 1)]
+        masks = [(j, float(rand(1)) * (i % 4) * 0.7) for j in range(1, k + 1)]
+        probe = 0.9 if i % 2 else None
+        if not grown_enough(p, q, masks, cost, 0.1, probe):
+            continue
+        stops += 1
+        picks = []
+        for j, value in masks:
+            grown, whole = (choose(pp, par, j, value, cap, cost, margin=0.1) for pp, par in ((p, parents), (full_p, full_parents)))
+            assert grown == whole, (i, j)
+            picks.append(whole)
+        if probe is not None:
+            c = max(picks, key=Choice.score)
+            j, value = masks[-1]
+            grown, whole = (choose(pp, par, j, value, cap, cost, force_mask=True)
+                            for pp, par in ((p, parents), (full_p, full_parents)))
+            assert grown == whole or max(grown.score(), whole.score()) < probe * c.score(), i
+    assert 500 < stops < 3500  # it stops often, and not always
+    # Siblings' P need not sum to one (each is calibrated apart), so masks on two nodes may be worth more than the
+    # root's: two further children of the root at 0.9 with masks worth 3 beat every choice without them.
+    cost = [0.0, 1.0, 1.05, 1.3, 1.6, 2.0]
+    assert choose([0.9, 0.9], [0, 0], 1, 3.0, 5, cost, margin=0.1).rows == 5
+    assert not grown_enough([], 0.9, [(1, 3.0)], cost, 0.1)
+
+
 # ---------------------------------------------------------------- merged tree
 
 def _ctx(lm, prompt, step=0):
@@ -166,6 +208,24 @@ def test_lookup_continuations_into_other_text_match_the_running_text_suffix():
         index = NgramIndex(max_n)
         index.extend(other)
         assert index.continuations(text, draft, limit) == _continuations_by_hand(text, max_n, draft, limit, within=other)
+
+
+def test_a_hot_drafters_history_searches_the_window_a_rebuilt_index_would():
+    """The history indexed prompt by prompt (and compacted past twice its window) answers as an index built afresh
+    over the last `size` tokens at every prompt, as a hot start built it before."""
+    g = torch.Generator().manual_seed(2)
+    for i in range(30):
+        size, max_n = 5 + i % 20, 1 + i % 6
+        history, kept = History(max_n, size), []
+        for _ in range(12):
+            prompt = torch.randint(0, 3 + i % 3, (int(torch.randint(0, 3 * size, (1,), generator=g)),), generator=g).tolist()
+            history.add(prompt)
+            kept = (kept + prompt)[-size:]
+            assert len(history) == len(kept) and len(history.index.text) <= 2 * size
+            fresh = NgramIndex(max_n)
+            fresh.extend(kept)
+            for suffix in (prompt[-4:], kept[-3:], [0, 1], [2]):
+                assert history.continuations(suffix, 3, 2) == fresh.continuations(suffix, 3, 2)
 
 
 def test_a_hot_drafters_copies_from_earlier_prompts_are_scored_apart(tiny_lm):
@@ -314,6 +374,48 @@ def test_auto_budget_follows_the_cost_curve(tiny_lm):
     assert sum(len(s.positions) == 1 for s in steps) >= len(steps) * 3 // 4  # masks only on rare probes
     wide = Decoder(lm, HybridDrafter(curve=FLAT), max_new_tokens=20).generate(prompt)
     assert max(len(s.positions) for s in wide.steps[1:]) > 8  # free rows: it drafts wide
+
+
+class _GrownBoth(HybridDrafter):
+    """bc=auto that also grows every step's whole tree and checks that the candidates it grew choose alike."""
+
+    steps = stopped = one_row_none = wide = 0
+
+    def _priced(self, ctx):  # the curve's prices alone: no back-off resting the steps
+        return self.curve.table(self.cfg.cap, explore=True)
+
+    def _width(self, ctx, draft, cost):
+        c = super()._width(ctx, draft, cost)
+        whole = self._draft(ctx)  # no cost table: every candidate grown, as before the stop
+        w = super()._width(ctx, whole, cost)
+        assert c == w, (ctx.step, c, w)
+        n = c.n + 1
+        assert draft.tree.tokens[:n] == whole.tree.tokens[:n] and draft.tree.parents[:n] == whole.tree.parents[:n]
+        assert draft.p[: c.n].tolist() == whole.p[: c.n].tolist() and draft.cands[0] == whole.cands[0]
+        type(self).steps += ctx.step > 0
+        type(self).stopped += ctx.step > 0 and len(draft.p) < len(whole.p)
+        type(self).one_row_none += ctx.step > 0 and c.rows == 1 and not len(draft.p) and len(whole.p) > 0
+        type(self).wide += c.n > 0
+        return c
+
+
+@pytest.mark.parametrize("curve", [None, CostCurve([1, 2, 8, 64], [1.0, 1.1, 1.3, 3.0]),
+                                   CostCurve([1, 2, 64], [1.0, 1.6, 4.0]), FLAT])
+def test_the_auto_budget_grows_only_the_candidates_that_can_change_its_width(tiny_lm, curve):
+    """Under bc=auto a step stops growing candidates once no width that a further one joins can win: every step
+    (the machine's curve, cheap rows, dear rows, free rows; cold and hot) chooses the width and feeds the tree that
+    the whole tree gives, and the stop is not idle (under dear rows, one-row steps that grow nothing)."""
+    lm = tiny_lm("llama")
+    _GrownBoth.steps = _GrownBoth.stopped = _GrownBoth.one_row_none = _GrownBoth.wide = 0
+    for start in ("cold", "hot"):
+        d = _GrownBoth(curve=curve, start=start)
+        for seed in range(4):
+            Decoder(lm, d, max_new_tokens=24, trace_mask=False).generate(_prompt(seed, lm.vocab_size))
+    assert _GrownBoth.steps > 50 and _GrownBoth.wide > 0
+    if curve is not FLAT:  # free rows: every candidate may join, so all are grown
+        assert _GrownBoth.stopped > 0
+    if curve is not None and curve.predict(2) > 1.5:  # dear rows: one-row steps that grow no candidate at all
+        assert _GrownBoth.one_row_none > 0
 
 
 def test_the_auto_budgets_prefill_feeds_the_masks_and_no_drafts(tiny_lm):

@@ -135,6 +135,41 @@ def best_rate(p, mask_value: float, cost, lo: int) -> float:
     return (1.0 + total + max(mask_value, 0.0) * (1.0 + total)) / float(wide.min())
 
 
+def grown_enough(p, q: float, masks: list[tuple[int, float]], cost, margin: float, probe: float | None = None) -> bool:
+    """Whether `choose` (on `cost`, with `margin`, for every (masks per node j, their value) in `masks`) picks among
+    the first len(p) candidates (path probabilities `p`, best first) what it picks among any more, and so does a mask
+    probe that must keep the share `probe` of the chosen score (None: no probe): then growing more can be left undone.
+
+    Every choice that feeds a further candidate is bounded above (each further candidate at the next one's P `q`,
+    which bounds them all; the root's masks worth their full value, another node's at most the best candidate's P),
+    and the bound must fall below a score some choice among the grown ones already reaches (feeding the first i of
+    them, the root's masks, or the plain step with its margin), strictly, so that even ties cannot change the pick."""
+    cost = np.asarray(cost, dtype=np.float64)
+    m, top = len(p), cost.size - 1
+    rows = np.arange(m + 2, top + 1)  # a further candidate makes at least m + 2 rows
+    if not rows.size:
+        return True
+    p = np.asarray(p, dtype=np.float64)
+    sums = np.cumsum(p)
+    grown = max((1 + margin) / cost[1], float(((1 + sums) / cost[2 : m + 2]).max()) if m else 0.0)
+    best, total = (float(p[0]), float(sums[-1])) if m else (q, 0.0)
+    bars, bounds = [], []
+    for j, value in masks:
+        more = (rows - 1 - m) * q  # no masks: every row past the grown ones a further candidate
+        bar = grown
+        if j and value > 0 and 1 + j <= top:
+            bar = max(bar, (1 + value) / cost[1 + j])
+            few = np.where(rows - 2 - m >= j, (rows - 1 - j - m) * q + value, -np.inf)  # masks on one node
+            most = (rows - 2 - m) // j  # on as many nodes as fit
+            many = np.where(most >= 1, (rows - 1 - j * most - m) * q + value * (1 + (most - 1) * best), -np.inf)
+            more = np.maximum(more, np.maximum(few, many))
+        bars.append(bar)
+        bounds.append(float(((1 + total + more) / cost[rows]).max()) * (1 + 1e-9))
+    if any(bound >= bar for bound, bar in zip(bounds, bars)):
+        return False
+    return probe is None or bounds[-1] < probe / (1 + margin) * max(bars)
+
+
 @dataclass
 class LossCap:
     """A call's per-call loss cap (Backoff's docstring states the bound): its net loss against plain decoding in

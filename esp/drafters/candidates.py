@@ -3,6 +3,7 @@ best-first by P (esp.drafters.hybrid explains the sources and the calibration)."
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ MATCHES = 4  # copies from the running prompt a step drafts
 HISTORY_MATCHES = 2  # a hot drafter's copies from earlier prompts, besides the running prompt's MATCHES
 
 Paths = dict[tuple[int, ...], list[tuple[int, int]]]  # tokens below the root -> copies' (next token, match score)
+Enough = Callable[[list[float], float], bool]  # grown candidates' path probabilities, the next one's -> stop growing
 
 
 @dataclass(slots=True, kw_only=True)
@@ -56,16 +58,37 @@ class Evidence:
     live: bool  # the last step's accepted path ended on a lookup node: its copy still holds
 
 
+class History:
+    """A hot drafter's earlier prompts and outputs, the last `size` tokens of them searched, indexed as each prompt
+    joins: a prompt's start indexes that prompt's text alone, not the whole history again (the index is rebuilt
+    over the window only once the text kept has doubled it)."""
+
+    def __init__(self, match: int, size: int):
+        self.match, self.size = match, size
+        self.index = NgramIndex(match)
+
+    def __len__(self) -> int:
+        return min(len(self.index.text), self.size)
+
+    def add(self, tokens: list[int]) -> None:
+        """One more prompt's text (prompt and output), after the earlier ones."""
+        text = self.index.text + list(tokens)
+        if len(text) > 2 * self.size:
+            self.index, text = NgramIndex(self.match), text[-self.size :]
+        self.index.extend(text)
+
+    def continuations(self, suffix: list[int], draft: int, limit: int) -> list[tuple[int, list[int]]]:
+        """`NgramIndex.continuations` over the window: the last `size` tokens."""
+        return self.index.continuations(suffix, draft, limit, lo=len(self.index.text) - len(self))
+
+
 class Lookup:
     """Copies of earlier text: continuations of the text's suffix in the running prompt (indexed as the text
     grows, so that a step's lookup costs the same at any length) and, for a hot drafter, in earlier prompts."""
 
-    def __init__(self, match: int, history: np.ndarray):
+    def __init__(self, match: int, history: History | None = None):
         self.index = NgramIndex(match)
-        self.history: NgramIndex | None = None
-        if history.size:
-            self.history = NgramIndex(match)
-            self.history.extend(history.tolist())
+        self.history = history if history is not None and len(history) else None
 
     def paths(self, tokens: list[int], draft: int) -> Paths:
         """Every copy's next tokens, keyed by the tokens before them (best match first)."""
@@ -82,10 +105,12 @@ class Lookup:
         return paths
 
 
-def grow(text: list[int], ev: Evidence, cap: int, floor: float) -> tuple[DraftTree, dict[int, list[Candidate]],
-                                                                          dict[int, tuple[int, ...]]]:
+def grow(text: list[int], ev: Evidence, cap: int, floor: float, enough: Enough | None = None
+         ) -> tuple[DraftTree, dict[int, list[Candidate]], dict[int, tuple[int, ...]]]:
     """Best-first by P over the merged candidates after `text`, up to `cap` nodes while P is at least `floor`:
-    the tree, each grown node's candidate children and each node's tokens below the root."""
+    the tree, each grown node's candidate children and each node's tokens below the root. `enough(p, q)`, asked
+    when 0, 1, 3, 7, ... candidates are grown (their path probabilities `p`, the next one's `q`), stops the growth
+    there when it says that no further candidate can change the step's choice."""
     tree = DraftTree([text[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0])
     known: dict[tuple, tuple] = {}  # what proposed a candidate -> its calibration, for this step
     cands: dict[int, list[Candidate]] = {}
@@ -98,10 +123,15 @@ def grow(text: list[int], ev: Evidence, cap: int, floor: float) -> tuple[DraftTr
             heapq.heappush(frontier, (-tree.cum_probs[v] * cs[0].cond, v, 0))
 
     open_node(0)
+    ask = 0  # candidates grown at the next question to `enough`
     while frontier and len(tree) < cap:
-        neg, v, rank = heapq.heappop(frontier)
-        if -neg < floor:
+        if -frontier[0][0] < floor:
             break
+        if enough is not None and len(tree) - 1 == ask:
+            if enough(tree.cum_probs[1:], -frontier[0][0]):
+                break
+            ask = 2 * ask + 1
+        neg, v, rank = heapq.heappop(frontier)
         cs = cands[v]
         if rank + 1 < len(cs):
             heapq.heappush(frontier, (-tree.cum_probs[v] * cs[rank + 1].cond, v, rank + 1))

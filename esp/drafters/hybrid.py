@@ -17,7 +17,9 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   so every candidate child of every fed node (fed or not) is labelled.
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
   many to feed and where to put masks, maximising expected tokens per second under the measured curve
-  (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows).
+  (`bc=auto`) or expected tokens under a fixed cap (`bc=N`, which then fills its N rows). Under `bc=auto` the
+  growth stops once no further candidate can change that choice (`budget.grown_enough`): a step that will feed one
+  row mostly grows none.
 - Back-off (`bc=auto`). `budget.Backoff` books every drafted step's measured time against plain steps and
   runs plain one-row steps (no tree is grown) while drafting does not pay, probing again after
   geometrically growing gaps; its docstring states the regret bound. Its per-call loss cap admits a width only
@@ -50,11 +52,11 @@ from esp.budget.batch import BatchWidth
 from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve, curve_for
 from esp.budget.prior import Prior, prior_for
-from esp.budget.width import Backoff, Choice, best_rate, by_rows, choose
+from esp.budget.width import Backoff, Choice, best_rate, by_rows, choose, grown_enough
 from esp.decoding.drafter import Context, Drafter, Notes, Offer, Proposal, StepResult
 from esp.decoding.tree import DraftTree
 from esp.device import read_all
-from esp.drafters.candidates import RANKS, Draft, Evidence, Lookup, grow
+from esp.drafters.candidates import RANKS, Draft, Enough, Evidence, History, Lookup, grow
 from esp.drafters.esp import INITS, MaskEmbedding
 from esp.drafters.stand import NGramTable
 from esp.errors import ESPError
@@ -142,7 +144,7 @@ class Memory:
         self.mask_value = [list(masks[j]) if j < len(masks) else list(MASK_START) for j in range(cfg.k)]
         self.reliability = list(prior.reliability.get(cfg.key, RELIABILITY_START))
         self.table = NGramTable(cfg.n, cfg.top, MEMORY)
-        self.history = np.zeros(0, dtype=np.int64)  # earlier prompts and outputs, searched by a hot drafter's lookup
+        self.history = History(cfg.match, HISTORY)  # earlier prompts and outputs, searched by a hot drafter's lookup
         self.backoff: Backoff | None = None
 
     def prior(self, key: str) -> Prior:
@@ -240,7 +242,7 @@ class HybridDrafter(Drafter):
         elif cfg.start == "cold":
             self.memory = Memory(self.initial.copy(), cfg)
         else:
-            self.memory.history = np.concatenate([self.memory.history, np.asarray(self.text, dtype=np.int64)])[-HISTORY:]
+            self.memory.history.add(self.text)
         self.text = ctx.tokens  # the engine extends this list as the prompt's output grows
         if LOOKUP in cfg.sources:
             self.lookup = Lookup(cfg.match, self.memory.history)
@@ -287,7 +289,7 @@ class HybridDrafter(Drafter):
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
                                                          seconds=self.curve.predict(1)), started=started, resting=True)
             return Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]), plan=plain)
-        draft = offered or self._draft(ctx)
+        draft = offered or self._draft(ctx, cost)
         c = self._width(ctx, draft, cost)
         tree, n = draft.tree, c.n + 1
         fed = DraftTree(tree.tokens[:n], tree.parents[:n], tree.probs[:n], tree.cum_probs[:n], sources=tree.sources[:n],
@@ -306,10 +308,13 @@ class HybridDrafter(Drafter):
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
         guarded = self.guard is not None and ctx.step > 0
-        if guarded and not self.guard.drafting:  # backed off: one row, whatever the curve says (no table to build)
+        own = self.curve.table(self.cfg.cap) if guarded and self.guard.drafting else None
+        if guarded and (own is None or not self.guard.may_draft(own)):
+            # backed off, or no width past one row affordable: one row, whatever the discounted curve says (no second
+            # table to build: most steps of a call whose drafts do not pay are these)
             return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
-        return self.guard.affordable(cost, self.curve.table(self.cfg.cap)) if guarded else cost
+        return self.guard.affordable(cost, own) if guarded else cost
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
@@ -334,17 +339,29 @@ class HybridDrafter(Drafter):
                     c = probe
         return c
 
-    def _draft(self, ctx: Context) -> Draft:
-        """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability."""
-        cfg, memory = self.cfg, self.memory
+    def _draft(self, ctx: Context, cost: np.ndarray | None = None) -> Draft:
+        """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability. On a
+        step's cost table (`_priced`), only as many as can change its width choice (`_enough`)."""
+        cfg, memory, gain = self.cfg, self.memory, self.memory.gain
         paths = self.lookup.paths(ctx.tokens, cfg.draft) if LOOKUP in cfg.sources else {}
         ev = Evidence(sources=cfg.sources, table=memory.table, n=cfg.n, esp_top=self.carry.esp_top, paths=paths,
                       calibrator=memory.calibrator, live=self.carry.live)
-        tree, cands, path_of = grow(ctx.tokens, ev, cfg.cap, GROW_FLOOR if cfg.bc == AUTO else 0.0)
-        gain = memory.gain
+        enough = None if cost is None else self._enough(ctx, cost, gain)
+        tree, cands, path_of = grow(ctx.tokens, ev, cfg.cap, GROW_FLOOR if cfg.bc == AUTO else 0.0, enough)
         p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
         esp = None if self.carry.esp_top is None else len(self.carry.esp_top)
         return Draft(tree=tree, p=p, cands=cands, path_of=path_of, gain=gain, esp_depths=esp)
+
+    def _enough(self, ctx: Context, cost: np.ndarray, gain: float) -> Enough:
+        """When growing more candidates cannot change `_width`'s choice on `cost` (`grown_enough`): most steps that
+        feed one row then grow none, and the prefill (which feeds no drafts) never does."""
+        if ctx.step == 0:
+            return lambda p, q: True
+        k, worth = self.cfg.k, self.memory.mask_worth
+        masks = [(j, worth(j)) for j in range(min(k, 1), k + 1)]
+        probe = 1 - PROBE_LOSS if k and self.cfg.cap > k and self.carry.since_esp >= PROBE_EVERY else None
+        return lambda p, q: grown_enough(np.minimum(np.asarray(p, dtype=np.float64) * gain, 1.0), min(q * gain, 1.0),
+                                         masks, cost, PLAIN_MARGIN, probe)
 
     # ------------------------------------------------------------------ learning
 

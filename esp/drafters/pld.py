@@ -66,10 +66,10 @@ class NgramIndex:
                 return text[start : start + draft]
         return []
 
-    def continuations(self, suffix: list[int], draft: int, limit: int) -> list[tuple[int, list[int]]]:
+    def continuations(self, suffix: list[int], draft: int, limit: int, lo: int = 0) -> list[tuple[int, list[int]]]:
         """Up to `limit` (match length, next `draft` tokens) after occurrences in the indexed text of the last
         tokens of `suffix` (the indexed text itself, or other text such as the running prompt when this
-        indexes earlier ones).
+        indexes earlier ones); only occurrences that start at `lo` or later (a window over the text's end).
 
         Longest matches first (up to max_ngram), the most recent occurrence first among equals; each
         position is reported once, with the longest suffix it matches. An occurrence with nothing after it
@@ -79,6 +79,8 @@ class NgramIndex:
         seen: set[int] = set()
         for n in range(min(self.max_ngram, len(suffix)), 0, -1):
             for start in reversed(self.starts[n].get(tuple(suffix[len(suffix) - n :]), ())):
+                if start < lo:  # starts are kept in order: every one left is older still
+                    break
                 s = start + n  # where the continuation starts; a longer match at s was reported above
                 if s < size and s not in seen:
                     seen.add(s)
