@@ -135,7 +135,8 @@ def best_rate(p, mask_value: float, cost, lo: int) -> float:
     return (1.0 + total + max(mask_value, 0.0) * (1.0 + total)) / float(wide.min())
 
 
-def grown_enough(p, q: float, masks: list[tuple[int, float]], cost, margin: float, probe: float | None = None) -> bool:
+def grown_enough(p: list[float], q: float, masks: list[tuple[int, float]], cost: list[float], margin: float,
+                 probe: float | None = None) -> bool:
     """Whether `choose` (on `cost`, with `margin`, for every (masks per node j, their value) in `masks`) picks among
     the first len(p) candidates (path probabilities `p`, best first) what it picks among any more, and so does a mask
     probe that must keep the share `probe` of the chosen score (None: no probe): then growing more can be left undone.
@@ -143,31 +144,33 @@ def grown_enough(p, q: float, masks: list[tuple[int, float]], cost, margin: floa
     Every choice that feeds a further candidate is bounded above (each further candidate at the next one's P `q`,
     which bounds them all; the root's masks worth their full value, another node's at most the best candidate's P),
     and the bound must fall below a score some choice among the grown ones already reaches (feeding the first i of
-    them, the root's masks, or the plain step with its margin), strictly, so that even ties cannot change the pick."""
-    cost = np.asarray(cost, dtype=np.float64)
-    m, top = len(p), cost.size - 1
-    rows = np.arange(m + 2, top + 1)  # a further candidate makes at least m + 2 rows
-    if not rows.size:
+    them, the root's masks, or the plain step with its margin), strictly, so that even ties cannot change the pick.
+    Plain Python over host lists, stopping at the first width whose bound reaches it: it runs right after a forward,
+    where numpy's calls cost more than the few dozen products (the rows a step weighs)."""
+    m, top = len(p), len(cost) - 1
+    if m + 2 > top:  # no width left for a further candidate
         return True
-    p = np.asarray(p, dtype=np.float64)
-    sums = np.cumsum(p)
-    grown = max((1 + margin) / cost[1], float(((1 + sums) / cost[2 : m + 2]).max()) if m else 0.0)
-    best, total = (float(p[0]), float(sums[-1])) if m else (q, 0.0)
-    bars, bounds = [], []
-    for j, value in masks:
-        more = (rows - 1 - m) * q  # no masks: every row past the grown ones a further candidate
-        bar = grown
-        if j and value > 0 and 1 + j <= top:
-            bar = max(bar, (1 + value) / cost[1 + j])
-            few = np.where(rows - 2 - m >= j, (rows - 1 - j - m) * q + value, -np.inf)  # masks on one node
-            most = (rows - 2 - m) // j  # on as many nodes as fit
-            many = np.where(most >= 1, (rows - 1 - j * most - m) * q + value * (1 + (most - 1) * best), -np.inf)
-            more = np.maximum(more, np.maximum(few, many))
-        bars.append(bar)
-        bounds.append(float(((1 + total + more) / cost[rows]).max()) * (1 + 1e-9))
-    if any(bound >= bar for bound, bar in zip(bounds, bars)):
-        return False
-    return probe is None or bounds[-1] < probe / (1 + margin) * max(bars)
+    grown, total = (1 + margin) / cost[1], 0.0
+    for i, x in enumerate(p):
+        total += x
+        grown = max(grown, (1 + total) / cost[i + 2])
+    best = p[0] if m else q
+    bars = [max(grown, (1 + v) / cost[1 + j]) if j and v > 0 and 1 + j <= top else grown for j, v in masks]
+    for (j, value), bar in zip(masks, bars):
+        if probe is not None and j == masks[-1][0]:
+            bar = min(bar, probe / (1 + margin) * max(bars))
+        bar /= 1 + 1e-9
+        masked = j and value > 0 and 1 + j <= top
+        for r in range(m + 2, top + 1):
+            free = r - 1 - m  # rows past the grown ones
+            more = free * q  # no masks: every one a further candidate
+            if masked and free > j:
+                more = max(more, (free - j) * q + value)  # masks on one node
+                most = (free - 1) // j  # on as many nodes as fit
+                more = max(more, (free - j * most) * q + value * (1 + (most - 1) * best))
+            if (1 + total + more) / cost[r] >= bar:
+                return False
+    return True
 
 
 @dataclass
@@ -263,11 +266,14 @@ class Backoff:
         discounted for exploration, since a discounted worst case can fall below zero on a fresh curve and
         would admit a width the call cannot afford."""
         seconds = np.asarray(seconds, dtype=np.float64)
-        own = seconds if own is None else np.asarray(own, dtype=np.float64)
-        worst = own / own[1] - 1.0
-        keep = worst <= (self.room() if self.drafting else -1.0)
+        return np.where(self.admitted(seconds if own is None else own), seconds, np.inf)
+
+    def admitted(self, own: np.ndarray) -> np.ndarray:
+        """Which widths of a cost table (the curve's own estimate) `affordable` keeps: index 0 and 1 always."""
+        own = np.asarray(own, dtype=np.float64)
+        keep = own / own[1] - 1.0 <= (self.room() if self.drafting else -1.0)
         keep[: 2] = True
-        return np.where(keep, seconds, np.inf)
+        return keep
 
     def may_draft(self, seconds: np.ndarray, own: np.ndarray | None = None) -> bool:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""

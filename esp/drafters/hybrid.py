@@ -294,11 +294,12 @@ class HybridDrafter(Drafter):
         tree, n = draft.tree, c.n + 1
         fed = DraftTree(tree.tokens[:n], tree.parents[:n], tree.probs[:n], tree.cum_probs[:n], sources=tree.sources[:n],
                         p=tree.p[:n])
-        if self.mask:
-            self.mask.update(ctx.lm, [])  # what plain steps deferred
-        embeds = self.mask.embeds(ctx.lm.dtype)[: c.k] if self.mask else None
+        k, embeds = (c.k if c.masked else 0), None
+        if k:
+            self.mask.update(ctx.lm, [])  # what the steps since the masks were last fed deferred
+            embeds = self.mask.embeds(ctx.lm.dtype)[:k]
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
-        return Proposal(tree=fed, k=c.k, mask_embeds=embeds, masked=c.masked, head_all=True,
+        return Proposal(tree=fed, k=k, mask_embeds=embeds, masked=c.masked, head_all=True,
                         plan=HybridStep(draft=draft, choice=c, started=started))
 
     def _priced(self, ctx: Context) -> np.ndarray | None:
@@ -308,13 +309,13 @@ class HybridDrafter(Drafter):
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
         guarded = self.guard is not None and ctx.step > 0
-        own = self.curve.table(self.cfg.cap) if guarded and self.guard.drafting else None
-        if guarded and (own is None or not self.guard.may_draft(own)):
+        keep = self.guard.admitted(self.curve.table(self.cfg.cap)) if guarded and self.guard.drafting else None
+        if guarded and (keep is None or not keep[2:].any()):
             # backed off, or no width past one row affordable: one row, whatever the discounted curve says (no second
             # table to build: most steps of a call whose drafts do not pay are these)
             return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
-        return self.guard.affordable(cost, own) if guarded else cost
+        return np.where(keep, cost, np.inf) if guarded else cost
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
@@ -357,11 +358,11 @@ class HybridDrafter(Drafter):
         feed one row then grow none, and the prefill (which feeds no drafts) never does."""
         if ctx.step == 0:
             return lambda p, q: True
-        k, worth = self.cfg.k, self.memory.mask_worth
+        k, worth, prices = self.cfg.k, self.memory.mask_worth, cost.tolist()
         masks = [(j, worth(j)) for j in range(min(k, 1), k + 1)]
         probe = 1 - PROBE_LOSS if k and self.cfg.cap > k and self.carry.since_esp >= PROBE_EVERY else None
-        return lambda p, q: grown_enough(np.minimum(np.asarray(p, dtype=np.float64) * gain, 1.0), min(q * gain, 1.0),
-                                         masks, cost, PLAIN_MARGIN, probe)
+        return lambda p, q: grown_enough([min(x * gain, 1.0) for x in p], min(q * gain, 1.0), masks, prices,
+                                         PLAIN_MARGIN, probe)
 
     # ------------------------------------------------------------------ learning
 
@@ -387,7 +388,9 @@ class HybridDrafter(Drafter):
     def _read(self, ctx: Context, res: StepResult) -> Seen:
         """Everything the step's learning needs from the device, read back at once (one sync): the target's top
         tokens and probabilities after every fed node, ESP's candidates from the masks at the end of the
-        accepted path, and the mask state for the trace (the masks move with the emitted tokens first)."""
+        accepted path, and, where those masks were fed, the mask state for the trace (the masks move with the
+        emitted tokens first). Where none were, the masks' move waits until they are next fed (`propose`): the
+        same m then, without device calls on a step that does not read it."""
         parts = self._top(res.node_logits, ctx.sampling) if TABLE in self.cfg.sources else []
         mask_rows = res.layout.mask_rows(res.path[-1]) if self.mask else []
         if mask_rows:
@@ -395,9 +398,10 @@ class HybridDrafter(Drafter):
             # Depth 1 is opened once (at the root), so it can afford a longer list than deeper levels.
             esp_p, esp_t = torch.topk(dists, min(ESP_FIRST, dists.shape[-1]), dim=-1)
             parts += [esp_t, esp_p]
-        if self.mask:
             self.mask.update(ctx.lm, res.emitted)
             parts.append(self.mask.summary())
+        elif self.mask:
+            self.mask.defer(res.emitted)
         got = read_all(parts)
         seen = Seen(fed_masks=bool(mask_rows))
         if TABLE in self.cfg.sources:
@@ -406,9 +410,7 @@ class HybridDrafter(Drafter):
             keep = [ESP_FIRST] + [self.cfg.top] * (len(mask_rows) - 1)
             seen.esp_top = [[(int(tok), bucket(q), min(r, RANKS)) for r, (tok, q) in enumerate(zip(tt[:n], pp[:n]))]
                             for tt, pp, n in zip(got[0], got[1], keep)]
-            got = got[2:]
-        if self.mask:
-            seen.ema = MaskEmbedding.named(got[0])
+            seen.ema = MaskEmbedding.named(got[2])
         return seen
 
     def _label(self, draft: Draft, res: StepResult) -> None:
