@@ -97,7 +97,7 @@ class StepTrace:
     accepted_rows: list[int]  # block rows whose KV was committed (root and accepted nodes)
     shape: list[int]  # node count per depth (depth 1..)
     timings: dict[str, float]  # seconds: draft, mask, forward, verify, commit, total
-    ema: dict[str, float] | None = None  # ESP mask state: norm, cos_init
+    ema: dict[str, float] | None = None  # ESP mask state: norm, cos_init (the hybrid: on steps that fed masks)
     alignment: list[AlignmentTrace] = field(default_factory=list)
     prefill: bool = False
     # Budgeted drafters only (bc=auto or a hybrid): how this step's width was chosen. Keys:
