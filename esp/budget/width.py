@@ -155,12 +155,12 @@ def grown_enough(p: list[float], q: float, masks: list[tuple[int, float]], cost:
         total += x
         grown = max(grown, (1 + total) / cost[i + 2])
     best = p[0] if m else q
-    bars = [max(grown, (1 + v) / cost[1 + j]) if j and v > 0 and 1 + j <= top else grown for j, v in masks]
-    for (j, value), bar in zip(masks, bars):
+    usable = [bool(j) and v > 0 and 1 + j <= top for j, v in masks]  # masks `choose` may feed at that count
+    bars = [max(grown, (1 + v) / cost[1 + j]) if ok else grown for (j, v), ok in zip(masks, usable)]
+    for (j, value), masked, bar in zip(masks, usable, bars):
         if probe is not None and j == masks[-1][0]:
             bar = min(bar, probe / (1 + margin) * max(bars))
         bar /= 1 + 1e-9
-        masked = j and value > 0 and 1 + j <= top
         for r in range(m + 2, top + 1):
             free = r - 1 - m  # rows past the grown ones
             more = free * q  # no masks: every one a further candidate

@@ -267,11 +267,9 @@ class HybridDrafter(Drafter):
     def offer(self, ctx: Context) -> Offer:
         """This step's candidates, grown now, and the most expected tokens a block of at most r rows would give
         them, r = 0..cap (a batch budget picks one width for all rows; `propose` then takes the draft back)."""
-        draft, k, worth = self._draft(ctx), self.cfg.k, self.memory.mask_worth
+        draft, worth = self._draft(ctx), self.memory.mask_worth
         parents = draft.tree.parents[1:]
-        best = by_rows(draft.p, parents, k, worth(k), self.cfg.cap)
-        for j in range(min(k, 1), k):  # fewer masks per node compete with k, as in `propose`
-            best = np.maximum(best, by_rows(draft.p, parents, j, worth(j), self.cfg.cap))
+        best = np.max([by_rows(draft.p, parents, j, worth(j), self.cfg.cap) for j in self._mask_counts()], axis=0)
         return Offer(tokens=best, draft=draft)
 
     def propose(self, ctx: Context) -> Proposal:
@@ -327,10 +325,9 @@ class HybridDrafter(Drafter):
             # next to never accepted (13 development questions, float32: 3 of 163 rows, which cost 0.5-1.2 plain
             # steps a prefill).
             p = p[:0]
-        # Fewer masks per node compete with k: mask j's drafts are worth what they have added so far.
-        c = max((choose(p, parents, j, worth(j), cap, cost, margin=PLAIN_MARGIN) for j in range(min(k, 1), k + 1)),
+        c = max((choose(p, parents, j, worth(j), cap, cost, margin=PLAIN_MARGIN) for j in self._mask_counts()),
                 key=Choice.score)
-        if k and not c.masked and cap > k and (ctx.step == 0 or self.carry.since_esp >= PROBE_EVERY):
+        if not c.masked and self._probe_due(ctx, cap):
             # Feed masks anyway now and then, so their value keeps being measured, if that costs little
             # (the prefill feeds the whole prompt, so its mask rows cost next to nothing).
             floor = None if ctx.step == 0 or cost is None else (1 - PROBE_LOSS) * c.expected / c.seconds
@@ -339,6 +336,17 @@ class HybridDrafter(Drafter):
                 if floor is None or probe.expected / probe.seconds >= floor:
                     c = probe
         return c
+
+    def _mask_counts(self) -> range:
+        """Masks per masked node a width choice weighs: fewer than k compete with k, mask j's drafts worth what they
+        have added so far (none without ESP)."""
+        return range(min(self.cfg.k, 1), self.cfg.k + 1)
+
+    def _probe_due(self, ctx: Context, cap: int) -> bool:
+        """Whether a step with no masks chosen should feed them anyway, so that their value keeps being measured:
+        at the prefill, and after PROBE_EVERY steps without ESP drafts."""
+        k = self.cfg.k
+        return bool(k) and cap > k and (ctx.step == 0 or self.carry.since_esp >= PROBE_EVERY)
 
     def _draft(self, ctx: Context, cost: np.ndarray | None = None) -> Draft:
         """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability. On a
@@ -358,9 +366,8 @@ class HybridDrafter(Drafter):
         feed one row then grow none, and the prefill (which feeds no drafts) never does."""
         if ctx.step == 0:
             return lambda p, q: True
-        k, worth, prices = self.cfg.k, self.memory.mask_worth, cost.tolist()
-        masks = [(j, worth(j)) for j in range(min(k, 1), k + 1)]
-        probe = 1 - PROBE_LOSS if k and self.cfg.cap > k and self.carry.since_esp >= PROBE_EVERY else None
+        masks, prices = [(j, self.memory.mask_worth(j)) for j in self._mask_counts()], cost.tolist()
+        probe = 1 - PROBE_LOSS if self._probe_due(ctx, self.cfg.cap) else None
         return lambda p, q: grown_enough([min(x * gain, 1.0) for x in p], min(q * gain, 1.0), masks, prices,
                                          PLAIN_MARGIN, probe)
 
