@@ -103,7 +103,8 @@ class StepTrace:
     # Budgeted drafters only (bc=auto or a hybrid): how this step's width was chosen. Keys:
     #   budget ("auto" or the fixed cap), rows (block width fed), cap (most rows allowed),
     #   expected_tokens (1 + sum of the chosen nodes' P + value of the masks fed, P scaled by reliability:
-    #   accepted drafts over the sum of their P so far), reliability,
+    #   accepted drafts over the sum of their P so far; the hybrid under bc=auto: this call's, shrunk towards the
+    #   drafter's), reliability,
     #   predicted_s (t(rows) from the curve), measured_s (this forward, LM head included),
     #   curve {"q": [...], "t": [...]} (seconds per forward of q rows, as corrected so far).
     cost: dict | None = None

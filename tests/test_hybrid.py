@@ -13,7 +13,7 @@ from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
 from esp.decoding.drafter import Context
 from esp.drafters.candidates import History, calibrated
-from esp.drafters.hybrid import HybridDrafter
+from esp.drafters.hybrid import CALL_TRUST, HybridDrafter
 from esp.drafters.pld import NgramIndex
 from esp.decoding.engine import Decoder
 from esp.errors import ESPError
@@ -374,6 +374,48 @@ def test_auto_budget_follows_the_cost_curve(tiny_lm):
     assert sum(len(s.positions) == 1 for s in steps) >= len(steps) * 3 // 4  # masks only on rare probes
     wide = Decoder(lm, HybridDrafter(curve=FLAT), max_new_tokens=20).generate(prompt)
     assert max(len(s.positions) for s in wide.steps[1:]) > 8  # free rows: it drafts wide
+
+
+def test_a_calls_own_reliability_scales_its_p_under_the_auto_budget():
+    """Under bc=auto, P is scaled by this call's accepted drafts over their sum of P, shrunk towards the drafter's
+    reliability (CALL_TRUST); under a fixed budget by the drafter's alone. Both books take every label."""
+    auto, fixed = HybridDrafter(), HybridDrafter(bc=12)
+    for d in (auto, fixed):
+        d.memory.reliability = [90.0, 100.0]
+        assert d.gain == pytest.approx(0.9)  # nothing booked in this call yet: the drafter's
+        d._trusted(0.0, 6.0)  # six tokens' worth of P fed, none accepted
+        assert d.memory.reliability == [90.0, 106.0]
+    assert auto.gain == pytest.approx((0 + CALL_TRUST * 90 / 106) / (6 + CALL_TRUST))
+    assert fixed.gain == pytest.approx(90 / 106)
+    auto._trusted(20.0, 6.0)  # then drafts that hold better than P said
+    assert auto.gain == pytest.approx((20 + CALL_TRUST * 110 / 112) / (12 + CALL_TRUST)) and auto.gain > 1.0
+
+
+def test_each_call_starts_from_the_drafters_reliability_and_scales_its_drafts_by_its_own(tiny_lm):
+    """In the engine: every draft's P is its path probability times the gain of that moment, the call's books move
+    it away from the drafter's, and a hot drafter's next prompt starts again from the drafter's (kept) reliability."""
+    lm = tiny_lm("llama")
+    seen = []
+
+    class Spy(HybridDrafter):
+        def _draft(self, ctx, cost=None):
+            draft = super()._draft(ctx, cost)
+            want = [min(x * self.gain, 1.0) for x in draft.tree.cum_probs[1:]]
+            seen.append((draft.gain == self.gain, draft.p.tolist() == want, list(self.trust)))
+            return draft
+
+    d = Spy(curve=FLAT, start="hot")
+    for seed in (1, 2):
+        prompt = _prompt(seed, lm.vocab_size)
+        run = Decoder(lm, d, max_new_tokens=24).generate(prompt)
+        assert run.tokens == Decoder(lm, max_new_tokens=24).generate(prompt).tokens
+        assert d.trust[1] > 0 and d.gain != pytest.approx(d.memory.gain)  # the call's own rate weighs
+        if seed == 1:
+            kept = list(d.memory.reliability)
+    assert all(same and scaled for same, scaled, _ in seen)
+    starts = [i for i, (*_, trust) in enumerate(seen) if trust == [0.0, 0.0]]
+    assert len(starts) >= 2 and starts[0] == 0  # each prompt's first draft: nothing booked in the call
+    assert d.memory.reliability[1] > kept[1]  # the drafter's books went on across the prompts
 
 
 class _GrownBoth(HybridDrafter):

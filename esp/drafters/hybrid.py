@@ -12,7 +12,9 @@ distributions, merged into one calibrated tree whose width is chosen every step 
   marked with all of them.
 - Calibration. A candidate's conditional P(accept) comes from `Calibrator`, keyed by its sources, depth,
   each source's score band and its rank (a lookup candidate's also by whether the last step's accepted
-  path ended on a lookup node: a copy that holds tends to hold on); a node's P is the product along its path. Labels are free:
+  path ended on a lookup node: a copy that holds tends to hold on); a node's P is the product along its path,
+  scaled by the reliability (accepted drafts over their sum of P: under `bc=auto` this call's own, shrunk towards
+  the drafter's, since how well drafts hold differs from prompt to prompt). Labels are free:
   the verifier hands over the target's choice after every fed node (`StepResult.choices`, by its own rule),
   so every candidate child of every fed node (fed or not) is labelled.
 - Budget. Best-first by P gives candidates whose every prefix is a valid tree; `budget.choose` picks how
@@ -79,6 +81,7 @@ MEMORY = 2  # each new observation of a table context weighs 1/2 (tau at bc=60, 
 HISTORY = 8192  # tokens of earlier prompts and outputs a hot drafter's lookup searches
 MASK_START = [1.0, 4.0]  # a mask's value before any evidence: [tokens owed, steps]
 RELIABILITY_START = [4.0, 4.0]
+CALL_TRUST = 4.0  # under bc=auto, the sum of P's worth of the drafter's reliability a call's own is shrunk towards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +210,7 @@ class HybridDrafter(Drafter):
         self.text: list[int] = []  # the running prompt's tokens (prompt + output), for a hot drafter's history
         self.lookup: Lookup | None = None
         self.guard: Backoff | None = None  # the back-off this prompt books its steps with (none in a batch)
+        self.trust = [0.0, 0.0]  # this call's accepted drafts and their sum of P (`gain`)
         self.carry = Carry()
         self.buf: torch.Tensor | None = None  # the target's distributions over a block, reused step to step
 
@@ -247,6 +251,7 @@ class HybridDrafter(Drafter):
         if LOOKUP in cfg.sources:
             self.lookup = Lookup(cfg.match, self.memory.history)
         self.guard = None  # this prompt's back-off: in a batch, the batch budget backs off for all rows
+        self.trust = [0.0, 0.0]
         if cfg.bc == AUTO and not ctx.batched:
             if self.memory.backoff is None:
                 self.memory.backoff = Backoff()
@@ -351,7 +356,7 @@ class HybridDrafter(Drafter):
     def _draft(self, ctx: Context, cost: np.ndarray | None = None) -> Draft:
         """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability. On a
         step's cost table (`_priced`), only as many as can change its width choice (`_enough`)."""
-        cfg, memory, gain = self.cfg, self.memory, self.memory.gain
+        cfg, memory, gain = self.cfg, self.memory, self.gain
         paths = self.lookup.paths(ctx.tokens, cfg.draft) if LOOKUP in cfg.sources else {}
         ev = Evidence(sources=cfg.sources, table=memory.table, n=cfg.n, esp_top=self.carry.esp_top, paths=paths,
                       calibrator=memory.calibrator, live=self.carry.live)
@@ -360,6 +365,18 @@ class HybridDrafter(Drafter):
         p = np.minimum(np.asarray(tree.cum_probs[1:], dtype=np.float64) * gain, 1.0)  # host numbers: numpy
         esp = None if self.carry.esp_top is None else len(self.carry.esp_top)
         return Draft(tree=tree, p=p, cands=cands, path_of=path_of, gain=gain, esp_depths=esp)
+
+    @property
+    def gain(self) -> float:
+        """What P is scaled by: how optimistic it runs, accepted drafts over their sum of P. Under bc=auto, this call's
+        own rate shrunk towards the drafter's (CALL_TRUST): how well drafts hold differs from prompt to prompt (13
+        development questions, float32, cold: 0.5x their sum of P on one, 1.45x on another, with the drafter's at 1.0),
+        and a width choice that trusts the drafter's rate keeps feeding rows to a prompt whose drafts do not hold."""
+        g = self.memory.gain
+        if self.cfg.bc != AUTO:
+            return g
+        accepted, total = self.trust
+        return (accepted + CALL_TRUST * g) / (total + CALL_TRUST)
 
     def _enough(self, ctx: Context, cost: np.ndarray, gain: float) -> Enough:
         """When growing more candidates cannot change `_width`'s choice on `cost` (`grown_enough`): most steps that
@@ -441,16 +458,20 @@ class HybridDrafter(Drafter):
         for keys, (accepted, seen) in tally.items():
             memory.calibrator.update(keys, accepted, seen)
         # The fed tree may be a cut of the proposal (esp.bench.whatif feeds the root alone at a resumed prefill).
-        memory.reliability[0] += len(res.path) - 1
-        memory.reliability[1] += sum((tree.p or [1.0])[1:])
+        self._trusted(len(res.path) - 1, sum((tree.p or [1.0])[1:]))
         best = draft.cands.get(0)
         if len(tree) == 1 and best:
             # A step that fed no node still labels the root's best candidate: booked as if fed, so that a
             # reliability driven down by a few bad early steps can recover. Otherwise it is absorbing: a low
             # reliability scales every P below what a row costs, nothing is fed, and nothing moves it again
             # (what locked `hybrid:bc=auto:sources=esp` out for whole runs; docs/BENCHMARKS.md).
-            memory.reliability[0] += best[0].token == choices[0]
-            memory.reliability[1] += best[0].cond
+            self._trusted(float(best[0].token == choices[0]), best[0].cond)
+
+    def _trusted(self, accepted: float, total: float) -> None:
+        """Book accepted drafts against their sum of P: the drafter's reliability and this call's."""
+        for book in (self.memory.reliability, self.trust):
+            book[0] += accepted
+            book[1] += total
 
     def _book_masks(self, depths: int, res: StepResult) -> None:
         """What ESP added: without its first ESP-only node on the accepted path, the path would have stopped
