@@ -354,7 +354,7 @@ class HybridDrafter(Drafter):
         return bool(k) and cap > k and (ctx.step == 0 or self.carry.since_esp >= PROBE_EVERY)
 
     def _draft(self, ctx: Context, cost: np.ndarray | None = None) -> Draft:
-        """Grow this step's candidates; with their path probabilities scaled by the drafter's reliability. On a
+        """Grow this step's candidates; with their path probabilities scaled by the reliability (`gain`). On a
         step's cost table (`_priced`), only as many as can change its width choice (`_enough`)."""
         cfg, memory, gain = self.cfg, self.memory, self.gain
         paths = self.lookup.paths(ctx.tokens, cfg.draft) if LOOKUP in cfg.sources else {}
