@@ -156,7 +156,7 @@ def _decode(lm, right: bool, n: int = 80, curve: CostCurve | None = None):
 
 def test_a_drafter_whose_p_is_always_wrong_ends_at_plain_steps(tiny_lm):
     # long enough for the per-call cap (eps n + L0) to let the probe's losses pass the back-off's budget B
-    d, steps = _decode(tiny_lm("llama"), right=False, n=160)
+    d, steps = _decode(tiny_lm("llama"), right=False, n=int((LOSS_BUDGET + 0.5 - LOSS_START) / LOSS_SHARE))
     modes = [s.cost["mode"] for s in steps]
     widths = [s.cost["rows"] for s in steps]
     assert widths[0] > 1 and all(len(s.emitted) == 1 for s in steps)
@@ -211,11 +211,12 @@ def _capped(n: int, tokens: int, host: float = 0.0) -> tuple[list[int], list[flo
 @pytest.mark.parametrize("host", [0.0, 0.2])
 def test_the_cap_bounds_a_calls_loss_when_drafts_never_pay(host):
     widths, losses = _capped(300, tokens=1, host=host)
-    assert widths[0] == 2  # L0 + eps admits t(r) <= 1.53: the first probe is narrow
-    assert sum(w > 1 for w in widths) >= 5  # it keeps probing, as its allowance grows
+    t = CostCurve(*CURVE).table(64)
+    assert widths[0] == max(r for r in range(65) if t[r] <= 1 + LOSS_START + LOSS_SHARE)  # what L0 + eps admits
+    assert sum(w > 1 for w in widths[1:]) >= int(LOSS_SHARE * 300 / (DELTA + host))  # it keeps probing as eps refills
     # x: by how much a drafted step's loss exceeded the curve's worst case (here the host time)
     assert all(loss <= cap_bound(n + 1, host) + 1e-9 for n, loss in enumerate(losses))
-    assert losses[-1] <= LOSS_SHARE * 300 + LOSS_START + host  # 1.5% of a plain decode, plus half a step
+    assert losses[-1] <= LOSS_SHARE * 300 + LOSS_START + host  # eps of a plain decode, plus L0
 
 
 def fresh(t2: float = CURVE[1][1]) -> CostCurve:
@@ -225,7 +226,7 @@ def fresh(t2: float = CURVE[1][1]) -> CostCurve:
 
 
 def test_the_cap_reads_worst_cases_from_the_curve_not_from_its_exploration_discount():
-    curve, b = fresh(t2=1.6), Backoff()
+    curve, b = fresh(t2=1 + 1.1 * (LOSS_START + LOSS_SHARE)), Backoff()  # 2 rows just past what the first step affords
     curve.observe(1, 1.0)  # the level, and a first sample at the one-row anchor: wider knots still discounted
     explore, honest = curve.table(64, explore=True), curve.table(64)
     assert explore[2] / explore[1] - 1 <= b.room() < honest[2] / honest[1] - 1  # the discount would admit 2 rows
@@ -244,6 +245,17 @@ def test_under_the_cap_drafts_that_pay_keep_drafting_at_full_width():
     widths, losses = _capped(100, tokens=6)
     assert all(w > 1 for w in widths) and widths[1:] == [64] * 99  # gains fund every later step
     assert losses[-1] < -100  # and the call gains
+
+
+def test_a_call_whose_first_probe_fails_can_probe_again_at_once():
+    # Most of the allowance comes up front (L0): a first probe that fails (a copy that did not hold) leaves room for a
+    # second as wide, instead of a wait of (t(r) / t(1) - 1) / eps steps for the allowance to refill.
+    t, b = CostCurve(*CURVE).table(64), Backoff()
+    assert np.isfinite(b.affordable(t)[2])
+    b.observe(2, 1, t[2], t[1])  # the probe fails: one token for 1.5 plain steps
+    assert np.isfinite(b.affordable(t)[2])  # the next step may probe as wide again
+    b.observe(2, 1, t[2], t[1])
+    assert not b.may_draft(t) and b.drafting  # a second failure spends it: the cap, not the back-off, stops the call
 
 
 def test_a_backed_off_step_grows_no_tree_and_costs_a_plain_step(tiny_lm):
