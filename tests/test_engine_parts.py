@@ -164,7 +164,7 @@ def test_sampling_is_keyed_by_seed_and_position():
     assert (p > 0).sum() <= 5 and abs(float(p.sum()) - 1) < 1e-9
 
 
-@pytest.mark.parametrize("shape", [(3, 49152), (5, 49152 + 300), (2, 700), (4, 5000)])
+@pytest.mark.parametrize("shape", [(6, 49152), (5, 49152 + 300), (2, 700), (8, 5000), (2, 49152)])  # blocked from 5 rows
 def test_blockwise_top_k_equals_torch_topk(shape):
     g = torch.Generator().manual_seed(shape[1])
     x = torch.randn(shape, generator=g)

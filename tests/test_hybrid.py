@@ -26,6 +26,41 @@ FLAT = CostCurve([1, 128], [1.0, 1.0])  # a GPU-like machine: any width up to 12
 
 # ---------------------------------------------------------------- cost curve
 
+def _curves() -> list[CostCurve]:
+    """Curves of every kind a step reads: straight, falling after its first knot, AMD's AVX512 shape (2-3 rows dearer
+    than 4-8), and that shape after a few steps of learning."""
+    from esp.budget.cost import SHAPES
+    from esp.models.timing import GRID
+    learnt = CostCurve(list(GRID), list(SHAPES["cpu-float32-avx512"]), rate=0.1, weight=0.0, scaled=False)
+    for r, secs in ((1, 0.02), (4, 0.021), (2, 0.03), (8, 0.026), (1, 0.019), (16, 0.04)):
+        learnt.observe(r, secs)
+    return [CostCurve([1, 4, 8], [1.0, 2.0, 2.0], rate=0.5), CostCurve([2, 5, 9, 30], [0.3, 0.2, 0.6, 0.9]),
+            CostCurve(list(GRID), list(SHAPES["cpu-float32-avx512"])), learnt]
+
+
+def test_the_least_price_over_widths_is_the_table_s_least():
+    for curve in _curves():
+        table = curve.table(64)
+        for lo, hi in ((2, 64), (2, 3), (5, 7), (1, 64), (9, 9)):
+            assert curve.least(lo, hi) == pytest.approx(float(table[lo : hi + 1].min()), rel=1e-12)
+
+
+def test_a_step_builds_no_table_only_where_the_loss_cap_admits_no_width():
+    """`_affordable` reads the curve's knots; it must say no exactly where `Backoff.admitted` keeps no width past one
+    row, at every room the cap can leave (a wrong no would make a step plain that could have drafted)."""
+    from esp.budget.width import Backoff
+    d = HybridDrafter()
+    for curve in _curves():
+        table, d.curve = curve.table(64), curve
+        ratios = sorted(float(x) / float(table[1]) - 1 for x in table[2:])
+        for room in [ratios[0] - 1e-3, ratios[0] + 1e-3, -0.5, 0.0, 0.07, 0.3, 1.0, 5.0]:
+            d.guard = Backoff()
+            d.guard.cap.net = d.guard.room() - room
+            assert d._affordable() == bool(d.guard.admitted(table)[2:].any()), (curve.t, room)
+            d.guard.left = 3  # backed off: no width at all
+            assert not d._affordable()
+
+
 def test_cost_curve_interpolates_and_extrapolates():
     c = CostCurve([1, 4, 8], [1.0, 2.0, 2.0], rate=0.5)
     assert c.predict(1) == 1.0 and c.predict(2.5) == pytest.approx(1.5) and c.predict(6) == 2.0

@@ -39,6 +39,7 @@ every drafter a fresh copy, so drafters in one process never move each other's w
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
@@ -129,7 +130,7 @@ class CostCurve:
         q = self.q
         if len(q) == 1:
             return 0, 0.0
-        i = max(0, min(len(q) - 2, next((j for j in range(len(q) - 1) if rows <= q[j + 1]), len(q) - 2)))
+        i = bisect.bisect_left(q, rows, 1, len(q) - 1) - 1  # the first segment ending at or past rows, else the last
         return i, (rows - q[i]) / (q[i + 1] - q[i])
 
     def predict(self, rows: int | float) -> float:
@@ -138,6 +139,11 @@ class CostCurve:
             return self.t[0] * rows / self.q[0]
         i, w = self._segment(rows)
         return max(self.t[i] + w * (self.t[i + 1] - self.t[i]), 1e-9)
+
+    def least(self, lo: int, hi: int) -> float:
+        """The least of `predict(r)` over r = lo..hi (lo <= hi), from the knots alone: a straight line between two
+        knots is least at one of its ends, so no table need be built to know that no width there is cheap."""
+        return min(self.predict(r) for r in (lo, hi, *(x for x in self.q if lo < x < hi)))
 
     def _interp(self, values: np.ndarray, upto: int) -> np.ndarray:
         if len(self.q) == 1:

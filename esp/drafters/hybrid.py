@@ -312,13 +312,20 @@ class HybridDrafter(Drafter):
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
         guarded = self.guard is not None and ctx.step > 0
-        keep = self.guard.admitted(self.curve.table(self.cfg.cap)) if guarded and self.guard.drafting else None
+        keep = self.guard.admitted(self.curve.table(self.cfg.cap)) if guarded and self._affordable() else None
         if guarded and (keep is None or not keep[2:].any()):
-            # backed off, or no width past one row affordable: one row, whatever the discounted curve says (no second
-            # table to build: most steps of a call whose drafts do not pay are these)
+            # backed off, or no width past one row affordable: one row, whatever the discounted curve says (no table
+            # to build: most steps of a call whose drafts do not pay are these)
             return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
         return np.where(keep, cost, np.inf) if guarded else cost
+
+    def _affordable(self) -> bool:
+        """Whether the loss cap may admit a width past one row (`Backoff.admitted` then says which), read from the
+        curve's knots (`CostCurve.least`) with a hair of slack for rounding, so that a step that can only be plain
+        builds no table."""
+        guard, curve = self.guard, self.curve
+        return guard.drafting and curve.least(2, self.cfg.cap) <= (1 + guard.room()) * curve.predict(1) * (1 + 1e-9)
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
