@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
 import esp
@@ -95,7 +96,7 @@ def test_a_width_narrower_or_wider_than_the_measured_ones_is_priced_by_them_wher
     for _ in range(3):
         curve.observe(4, 1.1)
         curve.observe(8, 1.2)
-    hopeful = curve.table(16, explore=True) / (1 - curve._discount(16))
+    hopeful = curve._interp(np.array(curve._hopeful()), 16)  # before the discount
     t = curve.table(16)
     assert hopeful[2] == pytest.approx(t[4] / 2) and hopeful[1] == pytest.approx(t[4] / 4)
     assert hopeful[16] == pytest.approx(t[8] * 2.4 / 1.8) and hopeful[16] < t[16]

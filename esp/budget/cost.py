@@ -146,10 +146,11 @@ class CostCurve:
         return min(self.predict(r) for r in (lo, hi, *(x for x in self.q if lo < x < hi)))
 
     def _interp(self, values: np.ndarray, upto: int) -> np.ndarray:
+        """Values at the knots (the last axis; several rows at once) at r = 0..upto."""
         if len(self.q) == 1:
-            return values[0] * np.arange(upto + 1, dtype=np.float64) / self.q[0]
+            return values[..., :1] * np.arange(upto + 1, dtype=np.float64) / self.q[0]
         i, j, w = _segments(tuple(self.q), upto)
-        return values[i] + w * (values[j] - values[i])
+        return values[..., i] + w * (values[..., j] - values[..., i])
 
     def table(self, upto: int, explore: bool = False) -> np.ndarray:
         """t(r) for r = 0..upto as one host array (index 0 unused), for vectorised width choices: `predict`
@@ -159,21 +160,25 @@ class CostCurve:
         moves (a budgeted step reads both: its choice the discounted one, its loss cap the plain one)."""
         # A frozen curve, or a stored sweep measured idle (every knot measured, no discount), explores nothing: its
         # discounted table is its own, so a step that reads both builds one.
-        explore = explore and self.rate > 0 and (self.weight < EXPLORE_N or min(self.n) < EXPLORE_N)
+        explores = self.rate > 0 and (self.weight < EXPLORE_N or min(self.n) < EXPLORE_N)
+        explore = explore and explores
         key = (upto, self.rate, self.weight, tuple(self.t), tuple(self.n))
         last = self._last.get(explore)
         if last is not None and last[0] == key:
             return last[1]
-        if explore:
-            out = np.maximum(self._interp(self._hopeful(), upto), 1e-9) * (1 - self._discount(upto))
-        else:
-            out = np.maximum(self._interp(np.asarray(self.t, dtype=np.float64), upto), 1e-9)
-        out[0] = 0.0
-        out.setflags(write=False)
-        self._last[explore] = (key, out)
-        return out
+        # Both kinds in one interpolation of their knots where the curve explores: a budgeted step reads both, and
+        # right after a forward every numpy call runs cache-cold, so the call count is the cost.
+        knots = self._interp(np.array([self.t, *((self._hopeful(), self._discounts()) if explores else ())]), upto)
+        made = {False: np.maximum(knots[0], 1e-9)}
+        if explores:
+            made[True] = np.maximum(knots[1], 1e-9) * (1 - np.clip(knots[2], 0.0, EXPLORE))
+        for kind, out in made.items():
+            out[0] = 0.0
+            out.setflags(write=False)
+            self._last[kind] = (key, out)
+        return made[explore]
 
-    def _hopeful(self) -> np.ndarray:
+    def _hopeful(self) -> list[float]:
         """The knots, each of fewer than EXPLORE_N samples priced at what the measured knots say where that is less
         than its prior: between two measured knots, their straight line; past the widest, that knot's time times the
         prior's shape from it on. So a prior dearer than this machine (another vendor's shape, or none that fits)
@@ -183,7 +188,7 @@ class CostCurve:
         t, q, shape = self.t, self.q, self.shape
         known = [n >= EXPLORE_N for n in self.n]
         if not any(known):
-            return np.asarray(t, dtype=np.float64)
+            return list(t)
         m, out = len(t), list(t)
         below, a = [], -1  # the widest measured knot at or below each
         for j in range(m):
@@ -203,7 +208,7 @@ class CostCurve:
             else:  # narrower than every measured knot: a cost in proportion to rows
                 guess = t[b] * q[j] / q[b]
             out[j] = min(out[j], guess)
-        return np.asarray(out, dtype=np.float64)
+        return out
 
     def trusted(self, upto: int) -> np.ndarray:
         """For r = 0..upto, whether t(r) rests on measurements (EXPLORE_N samples at its knots, a stored sweep
@@ -211,18 +216,15 @@ class CostCurve:
         known = np.array([1.0] + [float(n >= EXPLORE_N) for n in self.n[1:]])
         return self._interp(known, upto) >= 1.0
 
-    def _discount(self, upto: int) -> np.ndarray:
-        """The exploration discount of r = 0..upto rows: EXPLORE on a knot with no samples, falling as
-        EXPLORE_N / (EXPLORE_N + n) with its n samples, interpolated between knots; on the one-row anchor's width
+    def _discounts(self) -> list[float]:
+        """The exploration discount at each knot (`table` interpolates it between knots, at most EXPLORE): EXPLORE on a
+        knot with no samples, falling as EXPLORE_N / (EXPLORE_N + n) with its n samples; on the one-row anchor's width
         too (so on a fresh shape the ratios to t(1) that the width choice reads are the shape's until the anchor has
         samples, and then a wider width's worst case t(r) / t(1) - 1 falls by up to EXPLORE x t(r) / t(1) within a few
         plain steps); never on a stored sweep measured idle."""
         if self.weight >= EXPLORE_N:
-            return np.zeros(upto + 1)
-        d = np.array([EXPLORE * EXPLORE_N / (EXPLORE_N + n) for n in self.n])
-        w = np.clip(self._interp(d, upto), 0.0, EXPLORE)
-        w[0] = 0.0
-        return w
+            return [0.0] * len(self.n)
+        return [EXPLORE * EXPLORE_N / (EXPLORE_N + n) for n in self.n]
 
     def observe(self, rows: int, seconds: float) -> None:
         """Learn from one measured forward of `rows` rows: the level, then the width's knots (see above)."""
