@@ -64,28 +64,41 @@ def test_bench_json_holds_the_oracle_the_protocol_and_the_generate_row(lm, tmp_p
 
 
 @pytest.mark.model
-def test_the_oracle_is_priced_on_a_sweep_by_default_and_the_drafters_still_start_from_their_prior(lm, tmp_path,
-                                                                                                    monkeypatch):
-    """A shipped shape is another machine's guess: the oracle is priced on this machine's forwards unless asked."""
+def test_the_oracle_is_priced_on_timings_spread_through_the_run_and_the_drafters_still_start_from_their_prior(
+        lm, tmp_path, monkeypatch):
+    """A shipped shape is another machine's guess, and one sweep's ratios are its moment's: the oracle and every feed
+    are priced on rounds of paired timings taken before the questions and after each one, pooled per width."""
     import esp.budget.cost as cost
+    from esp.bench.oracle import price
 
-    swept = cost.CostCurve([1, 2, 4], [0.05, 0.09, 0.06])  # a machine whose 4 rows cost less than 2
-    monkeypatch.setattr(bench, "sweep", lambda model: (swept, {}))
+    moments = iter([(0.05, 1.8, 1.2), (0.04, 1.4, 1.1), (0.06, 1.6, 1.3)])  # t(1), t(2) / t(1), t(4) / t(1) a round
+
+    def timed(model, grid, repeats=1):  # one pair a width, whatever the repeats: each round weighs alike
+        one, two, four = next(moments)
+        return {1: [(one, one)], 2: [(two * one, one)], 4: [(four * one, one)]}
+
+    monkeypatch.setattr(bench, "samples", timed)
     monkeypatch.setenv("ESP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(cost, "_CURVES", {})
     out = tmp_path / "r.json"
-    qs = [q for q in spec_bench(1) if q["category"] == "translation"]
+    qs = [q for q in spec_bench(1) if q["category"] in ("translation", "writing")]
     args = ["--questions", _questions(tmp_path, qs), "--methods", "ar,hybrid:bc=auto", "--max-new-tokens", "8",
             "--warmup", "0", "--json", str(out)]
     bench.main(args)
-    meta = json.loads(out.read_text())["meta"]
-    assert meta["oracle_curve"] == "sweep" and meta["curve"] == swept.to_dict()
+    got = json.loads(out.read_text())
+    meta, curve = got["meta"], cost.CostCurve.from_dict(got["meta"]["curve"])
+    assert meta["oracle_curve"] == "sweep" and meta["curve_rounds"] == 3 and len(qs) == 2
+    # per width the median over the rounds (1.6 at 2 rows: no one round's), at the median one-row time
+    assert curve.t == pytest.approx([0.05, 0.05 * 1.6, 0.05 * 1.2])
+    for r in got["records"]:
+        if r["method"] != bench.GENERATE:
+            want = price(r["feeds"], curve.predict, 4)
+            assert (r["fed_s"], r["oracle_s"], r["flat_s"]) == pytest.approx((want.fed_s, want.oracle_s, want.flat_s))
     assert not (tmp_path / "cache" / "costs").exists()  # kept for pricing only: nothing stored for the drafters
     assert all(not c.scaled for c in cost._CURVES.values())  # ... which started from the default shape
     bench.main(args + ["--oracle-curve", "prior"])
     meta = json.loads(out.read_text())["meta"]
-    assert meta["oracle_curve"] == "prior" and meta["curve"] != swept.to_dict()  # the shape, in one-row units
-    assert meta["curve"]["t"][0] == 1.0
+    assert meta["oracle_curve"] == "prior" and meta["curve_rounds"] == 0 and meta["curve"]["t"][0] == 1.0  # the shape
 
 
 def _forwards(path) -> list[tuple[int, int]]:

@@ -6,7 +6,7 @@ import pytest
 from esp.bench.run import aggregate
 from esp.decoding.engine import Decoder
 from esp.methods import build
-from esp.bench.oracle import cheapest, lead, mask_rows, oracle_width, price
+from esp.bench.oracle import cheapest, feeds, lead, mask_rows, oracle_width, price
 from esp.trace import ACCEPTED, REJECTED, ROOT, NodeTrace, StepTrace
 
 
@@ -51,7 +51,7 @@ def test_price_sums_fed_oracle_and_flat_on_the_curve_with_the_prompt_in_the_pref
     pre = step(3, [0, 1], owners=[0, 1, 2], k=1, n_past=0, before=40)  # prompt of 41 rows, 6 block rows
     dec = step(8, [0, 1, 2], owners=[2], k=2)  # 10 rows, oracle 5
     assert lead(pre) == 40 and lead(dec) == 0 and oracle_width(pre) == 3
-    got = price([pre, dec], t)
+    got = price(feeds([pre, dec]), t)
     assert got.fed_s == pytest.approx(t(46) + t(10))
     assert got.oracle_s == pytest.approx(t(43) + t(5))
     assert got.flat_s == pytest.approx(t(41) + t(1))
@@ -63,8 +63,8 @@ def test_the_oracle_pads_to_a_wider_block_where_the_curve_falls():
     floor = cheapest(t, 6)
     assert [floor(q) for q in range(1, 7)] == [1.0, 1.2, 1.2, 1.2, 1.3, 3.0]
     s = step(2, [0, 1], owners=[1], k=1)  # oracle 3 rows, fed 3 rows
-    assert price([s], t, 6).oracle_s == 1.2 and price([s], t, 6).fed_s == 2.0
-    assert price([s], t).oracle_s == 2.0  # no padding without a range to pad in
+    assert price(feeds([s]), t, 6).oracle_s == 1.2 and price(feeds([s]), t, 6).fed_s == 2.0
+    assert price(feeds([s]), t).oracle_s == 2.0  # no padding without a range to pad in
 
 
 def rec(qid: int, method: str, n: int, seconds: float, fed: float, oracle: float, flat: float, cat: str = "a") -> dict:

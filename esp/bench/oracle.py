@@ -60,15 +60,20 @@ def cheapest(t: Callable[[int], float], upto: int) -> Callable[[int], float]:
     return lambda q: best[q] if 1 <= q <= upto else t(q)
 
 
-def price(steps: Iterable[StepTrace], t: Callable[[int], float], upto: int = 0) -> Priced:
-    """The run's time on the curve `t` (seconds for a forward of q new rows), as fed, as the oracle
-    would have fed (padded to a cheaper width up to `upto` rows where the curve falls), and on the flat
-    curve."""
+def feeds(steps: Iterable[StepTrace]) -> list[list[int]]:
+    """Per step, the rows of its three feeds: as fed, as the oracle would have fed, on the flat curve (what
+    `price` prices; a record keeps them, so that a run is priced once its curve is known)."""
+    return [[lead(s) + len(s.positions), lead(s) + oracle_width(s), lead(s) + 1] for s in steps]
+
+
+def price(fed_rows: Iterable[list[int]], t: Callable[[int], float], upto: int = 0) -> Priced:
+    """A run's time on the curve `t` (seconds for a forward of q new rows) from its steps' `feeds`: as fed, as
+    the oracle would have fed (padded to a cheaper width up to `upto` rows where the curve falls), and on
+    the flat curve."""
     floor = cheapest(t, upto)
     fed = oracle = flat = 0.0
-    for s in steps:
-        before = lead(s)
-        fed += t(before + len(s.positions))
-        oracle += floor(before + oracle_width(s))
-        flat += t(before + 1)
+    for rows, best, one in fed_rows:
+        fed += t(rows)
+        oracle += floor(best)
+        flat += t(one)
     return Priced(fed, oracle, flat)

@@ -32,13 +32,14 @@ import esp.bench.nodes as nodes
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.bench.commands import listing
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
-from esp.budget.cost import CostCurve, curve_for, sweep
+from esp.budget.cost import CostCurve, curve_for, curve_of
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
 from esp.decoding.layout import BUILDERS
 from esp.errors import ESPError
 from esp.methods import build, parse
-from esp.bench.oracle import oracle_width, price
+from esp.models.timing import GRID, samples
+from esp.bench.oracle import feeds, oracle_width, price
 from esp.bench.provenance import note_kernels, provenance
 from esp.bench.questions import load_questions
 from esp.bench.shard import Shard, start
@@ -55,7 +56,10 @@ GENERATE = "generate"  # the reference row: transformers' own greedy model.gener
 ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the masks on its last node, with the "
                "drafts the method proposed, priced on this machine's measured cost curve (padded to a wider block "
                "where the curve makes that cheaper) against ar's one row a step priced alike; the fraction is the "
-               "measured speed-up over the oracle's. Flat curve (rows free): every decoding step costs t(1).")
+               "measured speed-up over the oracle's. The curve pools paired timings taken before the questions and "
+               "after each one. Flat curve (rows free): every decoding step costs t(1).")
+SWEEP_REPEATS = 5  # rounds of paired timings before the questions; one more after each question
+
 
 
 def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> dict:
@@ -243,12 +247,12 @@ def generate_turn(lm, ids: list[int], max_new_tokens: int) -> Turn:
     return Turn(tokens, top2, seconds, answer_text(lm.tokenizer, tokens, lm.eos_ids))
 
 
-def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[int], float] | None = None,
-           upto: int = 0, by_position: bool = False, lensed: bool = False) -> dict:
-    """One question's result for one method, all its turns pooled: the only place records are built. With
-    `t` (seconds for a forward of q rows; the oracle may pad a feed to a cheaper width up to `upto`) an
-    engine run is also priced on that curve: as fed, as the oracle feed, on the flat curve. `by_position`
-    keeps every decoding step's [answer position, tokens emitted, seconds, host seconds]."""
+def record(q: dict, method: str, turns: list[Turn], align: bool, by_position: bool = False,
+           lensed: bool = False) -> dict:
+    """One question's result for one method, all its turns pooled: the only place records are built. An
+    engine run keeps its steps' `feeds` (as fed, as the oracle would feed, on the flat curve), priced once the
+    run's curve is known (`priced`). `by_position` keeps every decoding step's [answer position, tokens
+    emitted, seconds, host seconds]."""
     tokens = [x for turn in turns for x in turn.tokens]
     seconds = sum(turn.seconds for turn in turns)
     r = {"qid": q.get("question_id"), "category": q["category"], "method": method, "tokens": tokens,
@@ -266,14 +270,24 @@ def record(q: dict, method: str, turns: list[Turn], align: bool, t: Callable[[in
         r["align_masks"] = alignment_masks(steps)
     if lensed:
         r["lens"] = lens.lens_ranks(steps)
-    if t is not None:
-        priced = price(steps, t, upto)
-        drafted = [s for s in steps if not s.prefill] or steps
-        r.update(fed_s=priced.fed_s, oracle_s=priced.oracle_s, flat_s=priced.flat_s,
-                 oracle_width_mean=sum(map(oracle_width, drafted)) / len(drafted))
+    drafted = [s for s in steps if not s.prefill] or steps
+    r.update(feeds=feeds(steps), oracle_width_mean=sum(map(oracle_width, drafted)) / len(drafted))
     if by_position:
         r["steps"] = [row for turn in turns for row in position_rows(turn.run.steps)]
     return r
+
+
+def priced(rows: list[dict], curve: CostCurve) -> None:
+    """Every engine record of `rows` priced on `curve` (in place): as fed, as the oracle feed, on the flat curve."""
+    for r in rows:
+        if "feeds" in r:
+            got = price(r["feeds"], curve.predict, max(curve.q))
+            r.update(fed_s=got.fed_s, oracle_s=got.oracle_s, flat_s=got.flat_s)
+
+
+def pooled(rounds: list[dict[int, list[tuple[float, float]]]]) -> CostCurve:
+    """The curve of every round of paired timings (`samples`) pooled per width."""
+    return curve_of({q: [x for got in rounds for x in got[q]] for q in rounds[0]})[0]
 
 
 def position_rows(steps: list[StepTrace]) -> list[list]:
@@ -439,11 +453,12 @@ def turns_of(q: dict, which: str) -> list[str]:
 
 
 def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: Shard, a: argparse.Namespace,
-              curve: CostCurve, folder: RunFolder | None = None,
+              rounds: list | None = None, folder: RunFolder | None = None,
               done: set[int] = frozenset()) -> list[tuple[int, list[dict], dict | None]]:
-    """This process's questions not `done` yet: (question index, its records for every method, each
-    priced on `curve`, the verdict of ar against model.generate as a dict when --reference). With a run
-    `folder`, each question's answer lines and records are written there as it ends."""
+    """This process's questions not `done` yet: (question index, its records for every method, the verdict of
+    ar against model.generate as a dict when --reference). With `rounds`, a round of paired timings (`samples`)
+    is added to it after each question; with a run `folder`, each question's answer lines and records are
+    written there as it ends."""
     from tqdm import tqdm
 
     mine = [i for i in shard.mine(len(questions)) if i not in done]
@@ -472,7 +487,7 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
                     else:
                         turns = converse(lm, turns_of(q, a.turns),
                                          lambda ids: engine_turn(lm, drafters[s].get(rep), ids, a, drafters[s].builder))
-                        runs[s].append((record(q, s, turns, a.align, curve.predict, max(curve.q), a.by_position, a.lens), turns))
+                        runs[s].append((record(q, s, turns, a.align, a.by_position, a.lens), turns))
                     bar.update()
             # The run of median time stands for the question (the tokens are the same in every run).
             kept = {s: sorted(rs, key=lambda x: x[0]["seconds"])[len(rs) // 2] for s, rs in runs.items()}
@@ -485,11 +500,13 @@ def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: S
                 folder.write(i, q["question_id"], {s: answer_line(q, model_id, [t.answer() for t in turns])
                                                    for s, (_, turns) in kept.items()}, {"rows": rows, "ref": ref})
             out.append((i, rows, ref))
+            if rounds is not None:
+                rounds.append(samples(lm, GRID, repeats=1))
     return out
 
 
 def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: dict[str, Drafters], parts: list,
-           dtype: str = "float32", curve: CostCurve | None = None, made: dict | None = None) -> None:
+           dtype: str = "float32", curve: CostCurve | None = None, made: dict | None = None, rounds: int = 0) -> None:
     """Print the table of every rank's records and write the files that the arguments ask for; the JSON's meta
     holds `made` (esp.bench.provenance: machine, date, command)."""
     done = sorted((x for part in parts for x in part), key=lambda x: x[0])  # back in question order
@@ -520,7 +537,7 @@ def report(a: argparse.Namespace, model: str, questions: list[dict], drafters: d
                 "methods": {**{s: d.description for s, d in drafters.items()},
                             **({GENERATE: "transformers model.generate(do_sample=False)"} if a.reference else {})},
                 "protocol": a.protocol, "protocols": protocols, "oracle": ORACLE_NOTE,
-                "curve": curve.to_dict() if curve else None, "oracle_curve": a.oracle_curve,
+                "curve": curve.to_dict() if curve else None, "oracle_curve": a.oracle_curve, "curve_rounds": rounds,
                 "max_new_tokens": a.max_new_tokens, "turns": a.turns, "questions": len(questions), "repeats": a.repeats}
         Path(a.json).write_text(json.dumps({"results": results, "meta": meta, "records": rows}))
     if a.markdown:
@@ -570,9 +587,10 @@ def parser() -> argparse.ArgumentParser:
                         "rank of the real token for accepted against rejected masks (slower: off for timing runs)")
     p.add_argument("--oracle-curve", choices=["prior", "sweep"], default="sweep",
                    help="the cost curve the oracle and every feed are priced on: sweep (the default), this machine's "
-                        "curve timed before the run (a blocking sweep of a few seconds, kept for pricing only: the "
-                        "drafters still start from their prior); prior, the one bc=auto drafters start from (a stored "
-                        "curve, else a default shape: another machine's guess, which misprices the oracle)")
+                        "curve timed in rounds of paired forwards before the questions and after each one, pooled "
+                        "(seconds a round on a CPU, kept for pricing only: the drafters still start from their prior); "
+                        "prior, the one bc=auto drafters start from (a stored curve, else a default shape: another "
+                        "machine's guess, which misprices the oracle)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     p.add_argument("--warmup-tokens", type=int, default=32,
                    help="new tokens of each warm-up generation (at most --max-new-tokens)")
@@ -664,24 +682,30 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
             names = specs + ([GENERATE] if a.reference else [])
             folder = RunFolder(a.answers, model_slug(lm.name), names, run_arguments(a), shard.rank, shard.world)
             before = folder.open()
-        # Every feed and the oracle are priced on this machine's curve as a sweep times it now, or (asked for) on
-        # the prior bc=auto drafters start from, copied so that their online corrections do not move it. A prior
-        # that is only a shipped shape prices the oracle on another machine's curve: on the AVX512 EPYC it put
-        # 4-8 rows at 1.4-1.45 plain steps where this machine's forwards take 1.67.
-        # One curve for every rank (rank 0's sweep): a results file's records are all priced alike.
-        curve = (shard.share(sweep(lm)[0] if shard.main else None) if a.oracle_curve == "sweep"
-                 else CostCurve.from_dict(curve_for(lm).to_dict()))
-        done = run_share(lm, drafters, questions, shard, a, curve, folder, set(before or ()))
-        parts = shard.gather(done)
+        # Every feed and the oracle are priced on this machine's curve as the run finds it: paired timings taken
+        # before the questions and after each one, every rank's pooled. A one-row forward's time moves with the
+        # moment (on the 2-core EPYC, 19-28 ms as other tenants' memory traffic comes and goes) while a wide one's
+        # holds, so one sweep's ratios are its moment's: three runs of one engine read 86%, 87% and 92% of an
+        # oracle priced on a sweep before each (docs/history.md). Or (asked for) on the prior bc=auto drafters start
+        # from, copied so that their online corrections do not move it; a prior that is only a shipped shape prices
+        # the oracle on another machine's curve (on the AVX512 EPYC it put 4-8 rows at 1.4-1.45 plain steps where this
+        # machine's forwards take 1.67).
+        rounds = [samples(lm, GRID, repeats=SWEEP_REPEATS)] if a.oracle_curve == "sweep" else None
+        done = run_share(lm, drafters, questions, shard, a, rounds, folder, set(before or ()))
+        parts = shard.gather((done, rounds))
     finally:
         shard.close()
     if shard.main:
+        rounds = [got for _, rs in parts for got in rs or ()]
+        parts = [done for done, _ in parts]
         if before:  # questions an earlier run finished, as it recorded them (a rank may have been quicker)
             ran = {i for part in parts for i, _, _ in part}
             parts.append([(i, r["rows"], r["ref"]) for i, r in before.items() if i not in ran])
         if folder is not None:
             folder.merge({q["question_id"]: i for i, q in enumerate(questions)})
-        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve, made)
+        curve = pooled(rounds) if rounds else CostCurve.from_dict(curve_for(lm).to_dict())
+        priced([r for part in parts for _, rs, _ in part for r in rs], curve)
+        report(a, lm.name, questions, drafters, parts, dtype_name(lm.dtype), curve, made, len(rounds))
     shard.leave()
 
 

@@ -369,19 +369,25 @@ def curve_for(lm) -> CostCurve:
     return _CURVES[key].copy()
 
 
+def curve_of(runs: dict[int, list[tuple[float, float]]], key: str = "") -> tuple[CostCurve, list[float], list[float]]:
+    """The curve that paired timings give (`samples`' output, or several of its rounds pooled per width): each width's
+    median ratio to its one-row partners, falls within the noise smoothed away, times the median one-row time; with
+    the ratios and their spreads."""
+    ratios = {q: [s / one for s, one in ps] for q, ps in runs.items()}
+    ratio, spreads = [statistics.median(r) for r in ratios.values()], [spread(r) for r in ratios.values()]
+    one = statistics.median(one for ps in runs.values() for _, one in ps)  # the level, from every partner
+    return CostCurve(list(runs), [one * r for r in smooth(ratio, spreads)], key=key), ratio, spreads
+
+
 def sweep(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> tuple[CostCurve, dict]:
     """Time this machine's cost curve for `lm` now (a blocking sweep of len(grid) x repeats pairs of forwards,
     seconds on a CPU) and return it with the record `calibrate` stores; nothing is stored here."""
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # before the sweep loads the machine
     runs = samples(lm, grid, repeats=repeats)
-    ratios = {q: [s / one for s, one in ps] for q, ps in runs.items()}
-    ratio = [statistics.median(r) for r in ratios.values()]
-    one = statistics.median(one for ps in runs.values() for _, one in ps)  # the level, from every partner
-    shape = smooth(ratio, [spread(r) for r in ratios.values()])
-    curve = CostCurve(list(runs), [one * r for r in shape], key=curve_key(lm))
+    curve, ratio, spreads = curve_of(runs, curve_key(lm))
     record = {**curve.to_dict(), "ratio": [round(x, 4) for x in ratio],
               "raw": [round(statistics.median(s for s, _ in ps), 6) for ps in runs.values()],
-              "spread": [round(spread(r), 4) for r in ratios.values()],
+              "spread": [round(x, 4) for x in spreads],
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "loadavg": [round(x, 2) for x in load] if load else None, "cpus": os.cpu_count(),
               "threads": torch.get_num_threads(), "repeats": repeats, "context": CONTEXT}
