@@ -455,10 +455,9 @@ def turns_of(q: dict, which: str) -> list[str]:
 def run_share(lm, drafters: dict[str, Drafters], questions: list[dict], shard: Shard, a: argparse.Namespace,
               rounds: list | None = None, folder: RunFolder | None = None,
               done: set[int] = frozenset()) -> list[tuple[int, list[dict], dict | None]]:
-    """This process's questions not `done` yet: (question index, its records for every method, the verdict of
-    ar against model.generate as a dict when --reference). With `rounds`, a round of paired timings (`samples`)
-    is added to it after each question; with a run `folder`, each question's answer lines and records are
-    written there as it ends."""
+    """This process's questions not `done` yet: (question index, its records for every method, the verdict of ar
+    against model.generate as a dict when --reference). `rounds` gets a round of paired timings (`samples`) after
+    each question; a run `folder`, each question's answer lines and records as it ends."""
     from tqdm import tqdm
 
     mine = [i for i in shard.mine(len(questions)) if i not in done]
