@@ -689,7 +689,9 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
         # from, copied so that their online corrections do not move it; a prior that is only a shipped shape prices
         # the oracle on another machine's curve (on the AVX512 EPYC it put 4-8 rows at 1.4-1.45 plain steps where this
         # machine's forwards take 1.67).
-        rounds = [samples(lm, GRID, repeats=SWEEP_REPEATS)] if a.oracle_curve == "sweep" else None
+        # Rank 0 alone times the rounds before the questions, so that a run pools as many rounds however it is split.
+        sweeping = a.oracle_curve == "sweep"
+        rounds = ([samples(lm, GRID, repeats=SWEEP_REPEATS)] if shard.main else []) if sweeping else None
         done = run_share(lm, drafters, questions, shard, a, rounds, folder, set(before or ()))
         parts = shard.gather((done, rounds))
     finally:
