@@ -32,7 +32,7 @@ import esp.bench.nodes as nodes
 from esp.bench.answers import RunFolder, answer_line, answer_text, model_slug
 from esp.bench.commands import listing
 from esp.cli import add_esp_args, add_model_args, check_model_args, esp_defaults, fail, load_model, require
-from esp.budget.cost import CostCurve, curve_for, curve_of
+from esp.budget.cost import SWEEP_REPEATS, CostCurve, curve_for, curve_of
 from esp.decoding.drafter import Drafter
 from esp.decoding.engine import Decoder, Generation
 from esp.decoding.layout import BUILDERS
@@ -58,8 +58,6 @@ ORACLE_NOTE = ("Oracle: each step fed only the root, the accepted path and the m
                "where the curve makes that cheaper) against ar's one row a step priced alike; the fraction is the "
                "measured speed-up over the oracle's. The curve pools paired timings taken before the questions and "
                "after each one. Flat curve (rows free): every decoding step costs t(1).")
-SWEEP_REPEATS = 5  # rounds of paired timings before the questions; one more after each question
-
 
 
 def aggregate(rows: list[dict], methods: list[str], dtype: str = "float32") -> dict:
@@ -689,7 +687,8 @@ def _bench(a: argparse.Namespace, specs: list[str], drafters: dict[str, "Drafter
         # from, copied so that their online corrections do not move it; a prior that is only a shipped shape prices
         # the oracle on another machine's curve (on the AVX512 EPYC it put 4-8 rows at 1.4-1.45 plain steps where this
         # machine's forwards take 1.67).
-        # Rank 0 alone times the rounds before the questions, so that a run pools as many rounds however it is split.
+        # Rank 0 alone times the rounds before the questions (a sweep's worth), so that a run pools as many rounds
+        # however it is split; one more after each question.
         sweeping = a.oracle_curve == "sweep"
         rounds = ([samples(lm, GRID, repeats=SWEEP_REPEATS)] if shard.main else []) if sweeping else None
         done = run_share(lm, drafters, questions, shard, a, rounds, folder, set(before or ()))

@@ -67,6 +67,7 @@ SHAPE_WEIGHT = 0.0  # ... a shipped default shape: a guess, which the first samp
 EXPLORE = 0.2  # a knot with no samples is priced this share cheaper for the width choice ...
 EXPLORE_N = 2.0  # ... falling as EXPLORE_N / (EXPLORE_N + n) with its n samples; a knot is measured from this many
 PAD_GAIN = 0.05  # a batch's block is padded to a wider one only where that saves this share of its time
+SWEEP_REPEATS = 5  # rounds of paired timings a sweep takes (the bench's oracle curve: these, then one a question)
 
 # Default shapes, t(q) / t(1), where nothing is stored. CPU float32 with AVX2 kernels: a 2-core AVX2 CPU
 # (t(2) = 1.07, t(3) = 1.13, t(4) = 1.47, t(8) = 1.8, t(64) = 3.1), smoothed up a little. CPU float32 with AVX512
@@ -379,7 +380,7 @@ def curve_of(runs: dict[int, list[tuple[float, float]]], key: str = "") -> tuple
     return CostCurve(list(runs), [one * r for r in smooth(ratio, spreads)], key=key), ratio, spreads
 
 
-def sweep(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> tuple[CostCurve, dict]:
+def sweep(lm, grid: tuple[int, ...] = GRID, repeats: int = SWEEP_REPEATS) -> tuple[CostCurve, dict]:
     """Time this machine's cost curve for `lm` now (a blocking sweep of len(grid) x repeats pairs of forwards,
     seconds on a CPU) and return it with the record `calibrate` stores; nothing is stored here."""
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # before the sweep loads the machine
@@ -394,7 +395,7 @@ def sweep(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> tuple[CostCurve
     return curve, record
 
 
-def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = 5) -> CostCurve:
+def calibrate(lm, grid: tuple[int, ...] = GRID, repeats: int = SWEEP_REPEATS) -> CostCurve:
     """Time this machine's cost curve for `lm` now (`sweep`), store it for later processes and drafters, and return
     a copy: for callers who ask for it before they serve (`esp.calibrate` takes a Hugging Face model)."""
     curve, record = sweep(lm, grid, repeats)
