@@ -122,6 +122,7 @@ class Scripted(HybridDrafter):
         self.truth, self.n_prompt, self.right, self.depth = truth, n_prompt, right, depth
         self.fake = CostCurve(*CURVE)
         self.step_seconds = lambda res: self.fake.predict(res.layout.size)  # a fake clock: the fake curve's time
+        self.host_seconds = lambda res: 0.0  # in which the drafter's own work takes no time
 
     def _draft(self, ctx, cost=None):
         done = len(ctx.tokens) - self.n_prompt
@@ -256,6 +257,42 @@ def test_a_call_whose_first_probe_fails_can_probe_again_at_once():
     assert np.isfinite(b.affordable(t)[2])  # the next step may probe as wide again
     b.observe(2, 1, t[2], t[1])
     assert not b.may_draft(t) and b.drafting  # a second failure spends it: the cap, not the back-off, stops the call
+
+
+def test_the_drafter_s_own_work_on_a_one_row_step_it_grew_a_tree_for_is_a_loss():
+    """Plain decoding's step is what the drafter's one-row step took less its own work; that work is booked against
+    the cap where the drafter grew a tree (it chose to try), not where it was held to a plain step."""
+    b = Backoff()
+    b.observe(1, 1, 1.3, 1.0, host=0.3)  # grew a tree, fed one row: 0.3 of the step was the drafter's
+    assert b.t1 == pytest.approx(1.0) and b.cap.net == pytest.approx(0.3)
+    b.observe(1, 1, 1.1, 1.0, host=0.1, tried=False)  # held plain: its learning is outside the cap
+    assert b.t1 == pytest.approx(1.0) and b.cap.net == pytest.approx(0.3)
+    b.observe(4, 2, 3.0, 1.0, host=0.8)  # a drafted step's own work is in its seconds: 3 s for 2 tokens loses 1 step
+    assert b.cap.net == pytest.approx(1.3)
+    assert b.room() == pytest.approx(LOSS_SHARE * 4 + LOSS_START - 1.3)
+    # so a call whose trees keep feeding one row at a fifth of a step each stops growing them once L0 is spent
+    t, b, n = CostCurve(*CURVE).table(64), Backoff(), 0
+    while b.may_draft(t) and n < 100:
+        b.observe(1, 1, 1.2, 1.0, host=0.2)
+        n += 1
+    assert n == math.ceil((LOSS_START + LOSS_SHARE - DELTA) / (0.2 - LOSS_SHARE))
+
+
+def test_the_hybrid_books_its_own_work_apart_from_the_forward(tiny_lm, monkeypatch):
+    """What the back-off is handed each step: the step's seconds, the drafter's own part of them (never the forward),
+    and whether it grew a tree."""
+    booked, real = [], Backoff.observe
+
+    def spy(self, rows, tokens, seconds, t1_hint, host=0.0, tried=True):
+        booked.append((rows, seconds, host, tried))
+        real(self, rows, tokens, seconds, t1_hint, host, tried)
+    monkeypatch.setattr(Backoff, "observe", spy)
+    run = Decoder(tiny_lm("llama"), HybridDrafter(curve=CostCurve(*CURVE)), max_new_tokens=40, timings=True)
+    steps = run.generate([5, 6, 7, 5, 6, 7, 5, 6, 7]).steps[1:]
+    assert len(booked) == len(steps) and {tried for *_, tried in booked} == {True, False}
+    for (rows, seconds, host, tried), s in zip(booked, steps):
+        assert rows == s.cost["rows"] and tried == (s.cost["mode"] != "plain")
+        assert 0 < host < seconds - s.timings["forward"]
 
 
 def test_a_backed_off_step_grows_no_tree_and_costs_a_plain_step(tiny_lm):

@@ -197,8 +197,8 @@ class Backoff:
     The budget trusts calibrated P and a cost curve; either can be wrong on a prompt (P optimistic, the
     machine loaded), and then drafted steps cost more than the tokens they bring. So every drafted step
     (two or more rows) is booked against plain decoding: it lost `seconds - tokens * t1`, where t1 is the
-    measured time of a plain one-row step (this drafter's whole step, Python included, averaged over its
-    lifetime). A probe is a stretch of drafting; it fails when its losses, net of gains, exceed B plain
+    measured time of a plain one-row step less the drafter's own work in it (what plain decoding's step costs,
+    averaged over the drafter's lifetime). A probe is a stretch of drafting; it fails when its losses, net of gains, exceed B plain
     steps (a CUSUM: gains before a loss do not count twice), and it passes once its drafted steps have
     gained B plain steps net. A failed probe is followed by G * 2^j plain one-row steps (j = failed probes
     in a row before it, kept across prompts; a pass sets j = 0). Every prompt starts with a probe.
@@ -216,7 +216,9 @@ class Backoff:
 
     Per-call loss cap. The bound above grows with log n and, per prompt, costs a probe of B + c - 1 plain
     steps: 10-15% of a short call. So each call (prompt, or batch) also keeps its net loss in plain steps,
-    N = sum over its drafted steps (two or more rows) of (seconds / t1 - tokens), gains counted negative, and
+    N = sum over its drafted steps (two or more rows) of (seconds / t1 - tokens), gains counted negative, plus
+    the drafter's own work on the one-row steps it grew a tree for over t1 (the tree, the width choice, the
+    learning: 0.7 ms a step on the 2-core EPYC, 4% of a bfloat16 forward, which plain decoding does not spend), and
     `affordable` admits a width r for the next step only if
     N + w(r) <= eps (n + 1) + L0, where n is the call's booked steps so far and w(r) = t(r) / t(1) - 1 the
     step's worst case on the cost curve's own estimate, never its exploration-discounted prices (a step emits at least
@@ -224,9 +226,9 @@ class Backoff:
     Hence after any step, N <= eps n + L0 + x, where x >= 0 is by how much the last drafted step's loss
     exceeded its w(r) (the curve's error and the drafting's host time: at most one step's worst case). In
     seconds: a call of n steps whose drafts never pay runs at most (eps n + L0 + x) t1 slower than plain
-    decoding, plain steps taken as this drafter takes them (t1 is its one-row steps' time, tree grown or not);
-    the prefill and the drafter's per-call start are outside it. Gains earned earlier fund later probes, so
-    drafts that pay are never throttled by the cap.
+    decoding, with its one-row steps' own work; the learning of the plain steps the cap or the back-off holds it
+    to (what later steps need, 0.25 ms a step there), the prefill and the drafter's per-call start are outside it.
+    Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
     Defaults: eps = LOSS_SHARE (0.5%), L0 = LOSS_START (one plain step).
     """
 
@@ -282,9 +284,12 @@ class Backoff:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""
         return bool(np.isfinite(self.affordable(seconds, own)[2:]).any())
 
-    def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float) -> None:
-        """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds.
-        `t1_hint` (a plain step's time by the cost curve) stands in for t1 until a plain step is measured."""
+    def observe(self, rows: int, tokens: float, seconds: float, t1_hint: float, host: float = 0.0,
+                tried: bool = True) -> None:
+        """Book one decoding step (not the prefill): its width, tokens emitted and measured seconds, `host` of them
+        the drafter's own work (which plain decoding does not do); `tried`: the drafter grew a tree for it (not a
+        plain step it was held to), so that on one row its own work is a loss. `t1_hint` (a plain step's time by
+        the cost curve) stands in for t1 until a plain step is measured."""
         drafted = rows > 1
         kind = "draft" if drafted else "plain"
         for book in (self.prompt[kind], self.life[kind]):
@@ -294,7 +299,10 @@ class Backoff:
         if not drafted:
             self.n1 += 1
             w = max(1.0 / self.n1, PLAIN_EMA)
-            self.t1 = seconds if self.t1 is None else self.t1 + w * (seconds - self.t1)
+            plain = seconds - host  # the step as plain decoding takes it
+            self.t1 = plain if self.t1 is None else self.t1 + w * (plain - self.t1)
+            if tried:
+                self.cap.net += host / self.t1
             self.left = max(self.left - 1, 0)
             return
         t1 = self.t1 if self.t1 is not None else t1_hint

@@ -170,6 +170,7 @@ class Carry:
     esp_top: list[list[tuple[int, int, int]]] | None = None  # per depth: ESP's (token, band, rank) from its masks
     live: bool = False  # its accepted path ended on a lookup node: the copy still holds
     since_esp: int = 0  # steps since ESP drafts were last available
+    tail: float = 0.0  # seconds its `observe` ran after booking it with the back-off: booked with the next step
 
 
 @dataclass(kw_only=True)
@@ -180,6 +181,10 @@ class HybridStep:
     choice: Choice
     started: float  # the clock when `propose` began: the back-off books the whole step
     resting: bool = False  # a batch's plain step (its budget backed off): learn only what later steps need
+    drafting: float = 0.0  # seconds `propose` took
+    learning: float = 0.0  # the clock when `observe` began
+    booked: float = 0.0  # the clock when `observe` booked the step with the back-off
+    before: float = 0.0  # seconds the last step's `observe` ran after its booking (`Carry.tail`), booked with this one
 
 
 @dataclass(kw_only=True)
@@ -291,7 +296,8 @@ class HybridDrafter(Drafter):
         if resting:
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
                                                          seconds=self.curve.predict(1)), started=started, resting=True)
-            return Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]), plan=plain)
+            return self._timed(Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]),
+                                        plan=plain))
         draft = offered or self._draft(ctx, cost)
         c = self._width(ctx, draft, cost)
         tree, n = draft.tree, c.n + 1
@@ -302,8 +308,13 @@ class HybridDrafter(Drafter):
             self.mask.update(ctx.lm, [])  # what the steps since the masks were last fed deferred
             embeds = self.mask.embeds(ctx.lm.dtype)[:k]
         # Masks sit on at most a few nodes: their head rows ride along in the nodes' head call.
-        return Proposal(tree=fed, k=k, mask_embeds=embeds, masked=c.masked, head_all=True,
-                        plan=HybridStep(draft=draft, choice=c, started=started))
+        return self._timed(Proposal(tree=fed, k=k, mask_embeds=embeds, masked=c.masked, head_all=True,
+                                    plan=HybridStep(draft=draft, choice=c, started=started)))
+
+    def _timed(self, prop: Proposal) -> Proposal:
+        """`prop`, its plan holding how long `propose` took (the back-off books the drafter's own time)."""
+        prop.plan.drafting = self.clock() - prop.plan.started
+        return prop
 
     def _priced(self, ctx: Context) -> np.ndarray | None:
         """The step's cost table under `bc=auto` alone (None under a flat budget or a batch's): the curve, with the
@@ -401,8 +412,14 @@ class HybridDrafter(Drafter):
         """Learn from the step: label the candidates by the verifier's choices, feed the table, book the masks'
         value, the back-off and the cost curve; the trace gets the masks' state and how the width was chosen."""
         step: HybridStep = res.proposal.plan
-        if step.resting:
-            return self._rest(ctx, res)
+        step.learning, step.before = self.clock(), self.carry.tail
+        notes = self._rest(ctx, res) if step.resting else self._learn(ctx, res)
+        self.carry.tail = self.clock() - step.booked
+        return notes
+
+    def _learn(self, ctx: Context, res: StepResult) -> Notes:
+        """`observe` for a step that was not resting."""
+        step: HybridStep = res.proposal.plan
         seen = self._read(ctx, res)
         if step.draft is not None:
             self._label(step.draft, res)
@@ -503,7 +520,9 @@ class HybridDrafter(Drafter):
         if ctx.step > 0 and self.guard is not None:
             rows, secs = res.layout.size, self.step_seconds(res)
             # until a plain step is timed, the curve's shape says what one costs
-            self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows))
+            self.guard.observe(rows, len(res.emitted), secs, secs * self.curve.predict(1) / self.curve.predict(rows),
+                               host=self.host_seconds(res), tried=not step.resting)
+        step.booked = self.clock()
 
     def _costs(self, res: StepResult, mode: str, expected: float, gain: float, backoff: dict | None,
                learn: bool = True) -> dict:
@@ -537,9 +556,15 @@ class HybridDrafter(Drafter):
     clock = staticmethod(time.perf_counter)
 
     def step_seconds(self, res: StepResult) -> float:
-        """What this step cost, as `Backoff` books it: from the start of `propose` to now (the end of
-        `observe`), so the drafting's Python counts as well as the forward."""
-        return self.clock() - res.proposal.plan.started
+        """What this step cost, as `Backoff` books it: from the start of `propose` to now (`observe` booking it),
+        and the last step's learning after its booking, so the drafting's Python counts as well as the forward."""
+        return self.clock() - res.proposal.plan.started + res.proposal.plan.before
+
+    def host_seconds(self, res: StepResult) -> float:
+        """This drafter's own work in `step_seconds`: `propose`, `observe` so far and the last step's tail. Plain
+        decoding does none of it, so the back-off books it as lost even on a one-row step."""
+        step = res.proposal.plan
+        return step.drafting + self.clock() - step.learning + step.before
 
     def _top(self, logits: torch.Tensor, s) -> list[torch.Tensor]:
         """[tokens, probs] of the target's top distribution after every fed node, on the device."""
