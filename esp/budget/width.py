@@ -198,10 +198,10 @@ class Backoff:
     machine loaded), and then drafted steps cost more than the tokens they bring. So every drafted step
     (two or more rows) is booked against plain decoding: it lost `seconds - tokens * t1`, where t1 is the
     measured time of a plain one-row step less the drafter's own work in it (what plain decoding's step costs,
-    averaged over the drafter's lifetime). A probe is a stretch of drafting; it fails when its losses, net of gains, exceed B plain
-    steps (a CUSUM: gains before a loss do not count twice), and it passes once its drafted steps have
-    gained B plain steps net. A failed probe is followed by G * 2^j plain one-row steps (j = failed probes
-    in a row before it, kept across prompts; a pass sets j = 0). Every prompt starts with a probe.
+    averaged over the drafter's lifetime). A probe is a stretch of drafting; it fails when its losses, net of
+    gains, exceed B plain steps (a CUSUM: gains before a loss do not count twice), and it passes once its drafted
+    steps have gained B plain steps net. A failed probe is followed by G * 2^j plain one-row steps (j = failed
+    probes in a row before it, kept across prompts; a pass sets j = 0). Every prompt starts with a probe.
 
     Regret bound. Let c = t(r) / t(1) for the widest block the budget picks. One probe loses at most
     (B + c - 1) t1: it stops on the first drafted step that takes its net loss past B t1, and one step
