@@ -46,19 +46,21 @@ def test_the_least_price_over_widths_is_the_table_s_least():
 
 
 def test_a_step_builds_no_table_only_where_the_loss_cap_admits_no_width():
-    """`_affordable` reads the curve's knots; it must say no exactly where `Backoff.admitted` keeps no width past one
-    row, at every room the cap can leave (a wrong no would make a step plain that could have drafted)."""
+    """`_held` reads the curve's knots; it must hold a step to one row exactly where `Backoff.admitted` keeps no width
+    past one row, at every room the cap can leave (a wrong yes would make a step plain that could have drafted)."""
+    from types import SimpleNamespace
     from esp.budget.width import Backoff
-    d = HybridDrafter()
+    d, ctx = HybridDrafter(), SimpleNamespace(step=1, budget=None)
     for curve in _curves():
         table, d.curve = curve.table(64), curve
         ratios = sorted(float(x) / float(table[1]) - 1 for x in table[2:])
         for room in [ratios[0] - 1e-3, ratios[0] + 1e-3, -0.5, 0.0, 0.07, 0.3, 1.0, 5.0]:
             d.guard = Backoff()
             d.guard.cap.net = d.guard.room() - room
-            assert d._affordable() == bool(d.guard.admitted(table)[2:].any()), (curve.t, room)
+            assert d._held(ctx) == (not d.guard.admitted(table)[2:].any()), (curve.t, room)
+            assert not d._held(SimpleNamespace(step=0, budget=None))  # the prefill is never held
             d.guard.left = 3  # backed off: no width at all
-            assert not d._affordable()
+            assert d._held(ctx)
 
 
 def test_cost_curve_interpolates_and_extrapolates():
@@ -458,7 +460,10 @@ class _GrownBoth(HybridDrafter):
 
     steps = stopped = one_row_none = wide = 0
 
-    def _priced(self, ctx):  # the curve's prices alone: no back-off resting the steps
+    def _held(self, ctx):  # no back-off resting the steps
+        return False
+
+    def _priced(self, ctx):  # the curve's prices alone
         return self.curve.table(self.cfg.cap, explore=True)
 
     def _width(self, ctx, draft, cost):

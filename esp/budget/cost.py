@@ -144,7 +144,7 @@ class CostCurve:
     def least(self, lo: int, hi: int) -> float:
         """The least of `predict(r)` over r = lo..hi (lo <= hi), from the knots alone: a straight line between two
         knots is least at one of its ends, so no table need be built to know that no width there is cheap."""
-        return min(self.predict(r) for r in (lo, hi, *(x for x in self.q if lo < x < hi)))
+        return min(self.predict(lo), self.predict(hi), *(t for x, t in zip(self.q, self.t) if lo < x < hi))
 
     def _interp(self, values: np.ndarray, upto: int) -> np.ndarray:
         """Values at the knots (the last axis; several rows at once) at r = 0..upto."""

@@ -287,17 +287,15 @@ class HybridDrafter(Drafter):
         `ctx.budget.rows` rows when a batch budget chose the width."""
         started, budget = self.clock(), ctx.budget
         offered = budget.offer.draft if budget is not None and budget.offer is not None else None
-        cost = self._priced(ctx)
-        # Nothing drafted (a batch's plain step, or backed off / out of loss allowance alone: only the back-off prices
-        # every width past one row at infinity): a plain step that learns only what later steps need, so that it costs
-        # what plain decoding's step costs.
-        resting = (budget is not None and budget.rows == 1 and offered is None) or (
-            cost is not None and not np.isfinite(cost[2:]).any())
-        if resting:
+        if (budget is not None and budget.rows == 1 and offered is None) or self._held(ctx):
+            # Nothing drafted (a batch's plain step, or this prompt backed off / out of loss allowance): a plain step
+            # that learns only what later steps need, so that it costs what plain decoding's step costs. Most steps
+            # of a call whose drafts do not pay are these, so it is decided before any cost table is built.
             plain = HybridStep(draft=None, choice=Choice(n=0, masked=(), rows=1, expected=1.0,
                                                          seconds=self.curve.predict(1)), started=started, resting=True)
             return self._timed(Proposal(tree=DraftTree([ctx.tokens[-1]], [-1], [1.0], [1.0], sources=[()], p=[1.0]),
                                         plan=plain))
+        cost = self._priced(ctx)
         draft = offered or self._draft(ctx, cost)
         c = self._width(ctx, draft, cost)
         tree, n = draft.tree, c.n + 1
@@ -319,24 +317,22 @@ class HybridDrafter(Drafter):
     def _priced(self, ctx: Context) -> np.ndarray | None:
         """The step's cost table under `bc=auto` alone (None under a flat budget or a batch's): the curve, with the
         widths the per-call loss cap does not admit, by their worst cases on the curve's own estimate, priced at
-        infinity (`Backoff.affordable`)."""
+        infinity (`Backoff.affordable`). A step the cap holds to one row never gets here (`_held`)."""
         if self.cfg.bc != AUTO or ctx.budget is not None:
             return None
-        guarded = self.guard is not None and ctx.step > 0
-        keep = self.guard.admitted(self.curve.table(self.cfg.cap)) if guarded and self._affordable() else None
-        if guarded and (keep is None or not keep[2:].any()):
-            # backed off, or no width past one row affordable: one row, whatever the discounted curve says (no table
-            # to build: most steps of a call whose drafts do not pay are these)
-            return np.array([0.0, self.curve.predict(1)] + [np.inf] * (self.cfg.cap - 1))
         cost = self.curve.table(self.cfg.cap, explore=True)
-        return np.where(keep, cost, np.inf) if guarded else cost
+        if self.guard is None or ctx.step == 0:
+            return cost
+        return np.where(self.guard.admitted(self.curve.table(self.cfg.cap)), cost, np.inf)
 
-    def _affordable(self) -> bool:
-        """Whether the loss cap may admit a width past one row (`Backoff.admitted` then says which), read from the
-        curve's knots (`CostCurve.least`) with a hair of slack for rounding, so that a step that can only be plain
-        builds no table."""
+    def _held(self, ctx: Context) -> bool:
+        """Whether this prompt's back-off holds the step to one row: backed off, or no width past one row within the
+        loss cap's room (`Backoff.admitted`), read from the curve's knots (`CostCurve.least`) with a hair of slack for
+        rounding, so that a step that can only be plain builds no table."""
         guard, curve = self.guard, self.curve
-        return guard.drafting and curve.least(2, self.cfg.cap) <= (1 + guard.room()) * curve.predict(1) * (1 + 1e-9)
+        if guard is None or ctx.step == 0 or ctx.budget is not None:
+            return False
+        return not (guard.drafting and curve.least(2, self.cfg.cap) <= (1 + guard.room()) * curve.predict(1) * (1 + 1e-9))
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
