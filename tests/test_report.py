@@ -49,6 +49,25 @@ def test_the_page_is_short_names_its_command_and_every_table_its_machine_date_an
         assert lines[i + 2] == "```" and lines[i + 3].startswith(("python ", "OMP_NUM_THREADS=1 python "))
 
 
+def test_a_bench_table_s_title_states_the_questions_tokens_and_rounds_its_file_ran():
+    """A title is written by hand; where it counts the questions, the new tokens or the rounds, the file must agree
+    (the budget tables once kept a title from an earlier protocol)."""
+    manifest = json.loads((report.RESULTS / "manifest.json").read_text())
+    checked = 0
+    for entry in manifest["tables"]:
+        if entry["kind"] != "bench":
+            continue
+        for name in entry["files"]:
+            meta = json.loads((report.RESULTS / name).read_text()).get("meta", {})
+            for pattern, key in ((r"(\d+) questions", "questions"), (r"(\d+) tokens", "max_new_tokens"),
+                                 (r"(\d+) interleaved rounds", "repeats")):
+                said = re.search(pattern, entry["title"])
+                if said and key in meta:
+                    assert int(said.group(1)) == meta[key], (entry["title"], name, key, meta[key])
+                    checked += 1
+    assert checked >= 9  # the three budget tables' questions, tokens and rounds at least
+
+
 def test_invalid_cells_are_blank_not_printed(page):
     assert "111.54x" not in page and "95.12x" not in page  # the 1.5B run's broken summarization timings
     for cell in (c.strip() for line in page.splitlines() if line.startswith("|") for c in line.split("|")):

@@ -227,7 +227,7 @@ class Backoff:
     exceeded its w(r) (the curve's error and the drafting's host time: at most one step's worst case). In
     seconds: a call of n steps whose drafts never pay runs at most (eps n + L0 + x) t1 slower than plain
     decoding, with its one-row steps' own work; the learning of the plain steps the cap or the back-off holds it
-    to (what later steps need, 0.25 ms a step there), the prefill and the drafter's per-call start are outside it.
+    to (what later steps need, 0.13 ms a step there), the prefill and the drafter's per-call start are outside it.
     Gains earned earlier fund later probes, so drafts that pay are never throttled by the cap.
     Defaults: eps = LOSS_SHARE (0.5%), L0 = LOSS_START (one plain step).
     """
