@@ -12,7 +12,7 @@ from esp.models.kvcache import commit
 from esp.decoding.layout import EfficientLayouts, Extra, NaiveLayouts, _ancestors
 from esp.sampling import Sampling, draw, probs, top_k
 from esp.decoding.tree import DraftTree, dynamic_tree, static_tree
-from esp.decoding.verify import check, verify
+from esp.decoding.verify import ROW_K, TOP_K, check, verify
 
 
 def _dist(v: int, ranked: list[int]) -> torch.Tensor:
@@ -218,6 +218,21 @@ def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):
     mask.update(lm, [6])
     assert torch.allclose(mask.m[1], want + 0.1 * (lm.embed([6])[0] - want), atol=1e-12)
     assert not torch.equal(mask.m, mask.m0)
+
+
+def test_the_verifiers_read_ranks_each_row_and_its_trace_keeps_the_verdicts_runners_up():
+    """`check(...).rows` holds each fed node's ROW_K best (ids, logits) in order, the read a drafter reuses; the
+    trace's rows along the path keep TOP_K pairs, the greedy choice first (an exact tie to the lower id)."""
+    g = torch.Generator().manual_seed(1)
+    tree = DraftTree([1, 2, 3], [-1, 0, 1], [1.0] * 3, [1.0] * 3)
+    logits = torch.randn(3, 50, generator=g)
+    logits[0, 2] = logits[1, 3] = 40.0
+    logits[2, 8] = logits[2, 5] = 45.0  # the last row's best two tie exactly
+    v = check(tree, logits, 0, Sampling())
+    vals, ids = torch.topk(logits, ROW_K, dim=-1)
+    assert [row[:ROW_K] for row in v.rows] == ids.float().tolist() and [row[ROW_K:] for row in v.rows] == vals.tolist()
+    assert v.path == [0, 1, 2] and v.bonus == 5 and all(len(row) == 2 * TOP_K for row in v.top2)
+    assert v.top2[2][0::2][:2] == [5, 8] and v.top2[0][0] == 2
 
 
 def test_the_verifier_hands_over_its_choice_after_every_fed_node():

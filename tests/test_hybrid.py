@@ -361,6 +361,34 @@ def test_the_hybrid_labels_its_candidates_by_the_verifiers_choices(tiny_lm):
     assert any(want != truth for _, want, truth in booked)  # the handed choices, not the hybrid's own
 
 
+def test_the_hybrid_takes_each_rows_best_tokens_from_the_verifiers_read(tiny_lm, monkeypatch):
+    """Greedy, the table's top tokens after every fed node come from the verifier's ranked read
+    (StepResult.ranked), with no top-k of the drafter's own, and are the tokens and probabilities that ranking the
+    softmax would give; without the read (or sampling) the drafter ranks the rows itself."""
+    import esp.drafters.hybrid as hybrid
+
+    lm, seen = tiny_lm("llama"), []
+
+    class Spy(HybridDrafter):
+        def observe(self, ctx, res):
+            seen.append(res)
+            return super().observe(ctx, res)
+
+    prompt = _prompt(1, lm.vocab_size)
+    Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=12).generate(prompt)
+    wide = [res for res in seen if len(res.node_logits) > 2]
+    assert wide and all(len(res.ranked) == len(res.node_logits) for res in wide)
+    d = HybridDrafter(bc=12, curve=FLAT)
+    for res in wide:
+        itself = [x.clone() for x in d._top(replace(res, ranked=None), Sampling())]  # the buffer is reused
+        probs, toks = torch.topk(torch.softmax(res.node_logits, -1), d.cfg.top, dim=-1)
+        assert torch.equal(itself[0], toks) and torch.equal(itself[1], probs)
+        with monkeypatch.context() as m:
+            m.setattr(hybrid, "top_k", lambda *a: pytest.fail("ranked the block again"))
+            got = d._top(res, Sampling())
+        assert torch.equal(got[0], toks) and torch.equal(got[1], probs)
+
+
 # ---------------------------------------------------------------- the engine with budgets
 
 def test_one_head_call_covers_nodes_and_masks(tiny_lm):

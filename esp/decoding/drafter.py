@@ -101,6 +101,8 @@ class StepResult:
     choices: Sequence[int]
     emitted: list[int]
     forward: Forward
+    # The verifier's read, per fed node: [ids..., logits...] of its best logits (esp.decoding.verify.Verified.rows).
+    ranked: list[list[float]] | None = None
 
     def logits(self, rows: list[int], lm: LM) -> torch.Tensor:
         """Target logits at block rows `rows`: from the step's own head call when it covered them."""

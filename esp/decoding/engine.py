@@ -233,7 +233,8 @@ class Run:
         emitted = self._cut([tree.tokens[i] for i in v.path[1:]] + [v.bonus])
         self.ctx.tokens.extend(emitted)
         return StepResult(proposal=self.prop, layout=self.lay, root_pos=self.root_pos, node_logits=node_logits,
-                          path=v.path, bonus=v.bonus, choices=v.choices, emitted=emitted, forward=forward), v.top2
+                          path=v.path, bonus=v.bonus, choices=v.choices, emitted=emitted, forward=forward,
+                          ranked=v.rows), v.top2
 
     def _cut(self, tokens: list[int]) -> list[int]:
         """`tokens` up to the run's token limit and its first end-of-sequence token (kept)."""

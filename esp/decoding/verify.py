@@ -10,6 +10,7 @@ from esp.sampling import Sampling, draw, top_k
 from esp.decoding.tree import DraftTree
 
 TOP_K = 4  # (id, logit) pairs kept per emitted row: the lossless verdict's runners-up (esp.bench.verdict)
+ROW_K = 6  # (id, logit) pairs read per node row: TOP_K, and a drafter's share of each row's best (`Verified.rows`)
 
 
 class Choices(Sequence[int]):
@@ -55,6 +56,9 @@ class Verified:
     bonus: int  # the target's token after the last accepted node
     top2: list[list]  # per path row, [id1, logit1, ..., idK, logitK] with id1 the token it chose (greedy)
     choices: Choices  # the target's token after every fed node
+    # Per fed node, [ids..., logits...] of its ROW_K best logits in topk's order (the one read the walk made): a
+    # drafter that keeps the target's top tokens after each node takes them from here rather than rank every row again.
+    rows: list[list[float]]
 
 
 def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling,
@@ -62,9 +66,10 @@ def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling,
     """Walk the tree: `logits[i]` are the target's logits at node i, and the token after node i is drawn
     exactly as autoregressive decoding would draw it at that position, so the output never changes.
 
-    One top-K over every node row and one host read serve the whole walk: the greedy choice of each row
-    and the runners-up that the lossless verdict needs (TOP_K). Each row's choice is needed before the
-    path is known, so reading all rows at once is cheaper than a device round trip per accepted depth.
+    One top-K over every node row and one host read serve the whole walk: the greedy choice of each row,
+    the runners-up that the lossless verdict needs (TOP_K) and the rows' best for the drafter (ROW_K). Each
+    row's choice is needed before the path is known, so reading all rows at once is cheaper than a device
+    round trip per accepted depth.
     The blockwise top-k costs about a third of an argmax over a (30, 49152) block on a CPU. `rows`: that
     read, when the caller made it already (a batch reads every row of every prompt at once, `top_rows`).
     """
@@ -80,7 +85,7 @@ def check(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling,
         want = choices.decide(cur, top[-1])
         nxt = children.get(cur, {}).get(want)
         if nxt is None:
-            return Verified(path=path, bonus=want, top2=top, choices=choices)
+            return Verified(path=path, bonus=want, top2=top, choices=choices, rows=rows)
         path.append(nxt)
 
 
@@ -91,8 +96,8 @@ def verify(tree: DraftTree, logits: torch.Tensor, root_pos: int, s: Sampling) ->
 
 
 def top_rows(logits: torch.Tensor) -> list[list[float]]:
-    """Per row of (rows, vocab) logits, [ids..., values...] of its TOP_K best, in topk's order (one host read)."""
-    vals, ids = top_k(logits, min(TOP_K, logits.shape[-1]))
+    """Per row of (rows, vocab) logits, [ids..., values...] of its ROW_K best, in topk's order (one host read)."""
+    vals, ids = top_k(logits, min(ROW_K, logits.shape[-1]))
     return torch.cat([ids.to(vals.dtype), vals], 1).tolist()  # ids are exact in float32 below 2^24
 
 
@@ -103,8 +108,8 @@ def ranked(logits: torch.Tensor) -> list[list]:
 
 
 def _choice_first(row: list[float]) -> list:
-    """[id1, logit1, id2, logit2, ...] from one row of (ids, values), best first and, on an exact tie, the
-    lower id first, as argmax takes it (topk's order among equal values is unspecified)."""
+    """[id1, logit1, ..., idK, logitK] (K = TOP_K) from one row of (ids, values), best first and, on an exact tie,
+    the lower id first, as argmax takes it (topk's order among equal values is unspecified)."""
     half = len(row) // 2
     pairs = sorted(zip(row[:half], row[half:]), key=lambda p: (-p[1], p[0]))
-    return [x for i, v in pairs for x in (int(i), v)]
+    return [x for i, v in pairs[:TOP_K] for x in (int(i), v)]
