@@ -11,11 +11,13 @@ from conftest import SAMPLERS, repeated_prompt as _prompt, spec_bench
 from esp.budget.width import Choice, choose, grown_enough
 from esp.budget.calibrate import Calibrator, bucket
 from esp.budget.cost import CostCurve
-from esp.decoding.drafter import Context
 from esp.drafters.candidates import History, calibrated
 from esp.drafters.hybrid import CALL_TRUST, HybridDrafter
 from esp.drafters.pld import NgramIndex
+from esp.decoding.batch import BatchDecoder
+from esp.decoding.drafter import Context
 from esp.decoding.engine import Decoder
+from esp.decoding.verify import top_rows
 from esp.errors import ESPError
 from esp.methods import build
 from esp.sampling import Sampling
@@ -376,8 +378,9 @@ def test_the_hybrid_takes_each_rows_best_tokens_from_the_verifiers_read(tiny_lm,
 
     prompt = _prompt(1, lm.vocab_size)
     Decoder(lm, Spy(bc=12, curve=FLAT), max_new_tokens=12).generate(prompt)
+    BatchDecoder(lm, [Spy(bc=12, curve=FLAT) for _ in range(2)], max_new_tokens=12).generate([prompt, _prompt(2, lm.vocab_size)])
     wide = [res for res in seen if len(res.node_logits) > 2]
-    assert wide and all(len(res.ranked) == len(res.node_logits) for res in wide)
+    assert wide and all(res.ranked == top_rows(res.node_logits) for res in seen)  # alone and in a batch
     d = HybridDrafter(bc=12, curve=FLAT)
     for res in wide:
         itself = [x.clone() for x in d._top(replace(res, ranked=None), Sampling())]  # the buffer is reused
