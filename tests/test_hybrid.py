@@ -366,7 +366,7 @@ def test_the_hybrid_labels_its_candidates_by_the_verifiers_choices(tiny_lm):
 def test_the_hybrid_takes_each_rows_best_tokens_from_the_verifiers_read(tiny_lm, monkeypatch):
     """Greedy, the table's top tokens after every fed node come from the verifier's ranked read
     (StepResult.ranked), with no top-k of the drafter's own, and are the tokens and probabilities that ranking the
-    softmax would give; without the read (or sampling) the drafter ranks the rows itself."""
+    softmax would give; without the read, the drafter ranks the rows itself."""
     import esp.drafters.hybrid as hybrid
 
     lm, seen = tiny_lm("llama"), []
