@@ -276,9 +276,20 @@ class Backoff:
     def admitted(self, own: np.ndarray) -> np.ndarray:
         """Which widths of a cost table (the curve's own estimate) `affordable` keeps: index 0 and 1 always."""
         own = np.asarray(own, dtype=np.float64)
-        keep = own / own[1] - 1.0 <= (self.room() if self.drafting else -1.0)
+        keep = own / own[1] - 1.0 <= self._limit()
         keep[: 2] = True
         return keep
+
+    def admits(self, least: float, one: float) -> bool:
+        """`admitted`'s rule for the cheapest width past one row alone (`least` seconds against `one` for a plain
+        row, the curve's own estimate), with a hair of slack for rounding: whether any such width is admitted, known
+        without a cost table."""
+        return least <= (1 + self._limit()) * one * (1 + 1e-9)
+
+    def _limit(self) -> float:
+        """The most worst-case extra cost, t(r) / t(1) - 1, a width may have now: the cap's room, or less than any
+        width's while backed off."""
+        return self.room() if self.drafting else -1.0
 
     def may_draft(self, seconds: np.ndarray, own: np.ndarray | None = None) -> bool:
         """Whether any width above one row is affordable now (else the step is plain: no tree is grown)."""

@@ -323,16 +323,16 @@ class HybridDrafter(Drafter):
         cost = self.curve.table(self.cfg.cap, explore=True)
         if self.guard is None or ctx.step == 0:
             return cost
-        return np.where(self.guard.admitted(self.curve.table(self.cfg.cap)), cost, np.inf)
+        return self.guard.affordable(cost, self.curve.table(self.cfg.cap))
 
     def _held(self, ctx: Context) -> bool:
         """Whether this prompt's back-off holds the step to one row: backed off, or no width past one row within the
-        loss cap's room (`Backoff.admitted`), read from the curve's knots (`CostCurve.least`) with a hair of slack for
-        rounding, so that a step that can only be plain builds no table."""
+        loss cap's room (`Backoff.admits`), read from the curve's knots (`CostCurve.least`), so that a step that can
+        only be plain builds no table."""
         guard, curve = self.guard, self.curve
         if guard is None or ctx.step == 0 or ctx.budget is not None:
             return False
-        return not (guard.drafting and curve.least(2, self.cfg.cap) <= (1 + guard.room()) * curve.predict(1) * (1 + 1e-9))
+        return not guard.admits(curve.least(2, self.cfg.cap), curve.predict(1))
 
     def _width(self, ctx: Context, draft: Draft, cost: np.ndarray | None) -> Choice:
         """How many candidates to feed and where the masks go, on the step's cost table (`_priced`)."""
