@@ -38,7 +38,8 @@ def test_regenerated_benchmarks_equal_the_committed_page(tmp_path):
 
 def test_the_page_is_short_names_its_command_and_every_table_its_machine_date_and_command(page):
     lines = page.splitlines()
-    assert len(lines) < 300 and report.COMMAND in "\n".join(lines[:5])
+    # short: a group per machine class, each with its floor and budget tables (superseded runs: docs/history.md)
+    assert len(lines) < 340 and report.COMMAND in "\n".join(lines[:5])
     manifest = json.loads((report.RESULTS / "manifest.json").read_text())
     heads = [i for i, line in enumerate(lines) if line.startswith("### ")]
     titles = [lines[i][4:].split(" · ")[0] for i in heads]  # grouped by machine class, the manifest's order within
@@ -76,7 +77,7 @@ def test_invalid_cells_are_blank_not_printed(page):
 
 def test_every_figure_the_readme_quotes_is_in_a_results_file(page):
     quoted = report.quoted((ROOT / "README.md").read_text())
-    assert {"1.53x", "1.59", "90%"} <= quoted  # the headline is there to be checked
+    assert {"1.60x", "1.65x", "90%"} <= quoted  # the headline is there to be checked
     assert quoted <= report.figures(page), f"figures not in any results file: {sorted(quoted - report.figures(page))}"
 
 

@@ -46,10 +46,7 @@ works: [bench.md](bench.md). Every earlier run, the narrative and the investigat
   the lossless verdict against `ar` (`esp.bench.verdict`: float32 must be exact; bf16 may flip at a rounding tie).
 - A blank cell is not a measurement: missing, not finite, a timing from a run on a shared machine (tau only), or a
   speed-up over `ar` above {t.SLACK} x its tau (a broken timing).
-- `$Q` is Spec-Bench's development split, `../shared/data/spec_bench/question.jsonl`. Commands naming a file under
-  `scripts/` are as they ran; today `scripts/first_prompt.py --first-call` is `python -m esp.bench first-call`,
-  `scripts/bf16_verdicts.py` is `python -m esp.bench verdict`, and `scripts/first_prompt.py`'s per-prompt mode is the
-  bench with `--reference --turns first`."""
+- `$Q` is Spec-Bench's development split, `../shared/data/spec_bench/question.jsonl`."""
 
 
 def load(name: str, root: Path = RESULTS) -> dict:
