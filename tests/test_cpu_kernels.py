@@ -29,7 +29,10 @@ def tiny(arch: str = "llama") -> LM:
     return LM(model, IdTokenizer(), f"tiny-{arch}")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+BF16_PACKS = pytest.mark.skipif(packing_op(torch.bfloat16) is None, reason="this CPU cannot pack bfloat16 (AVX2 only)")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=BF16_PACKS)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_packed_linear_computes_the_linear_and_each_row_alike_at_every_width(dtype, bias):
     dense = linear(dtype, bias)
@@ -119,6 +122,42 @@ def test_the_kernels_are_packed_only_where_the_check_finds_them_faster_and_the_c
     again = tiny()
     assert cpu_kernels.pick(again.model, None, "m") is want and check["checks"] == 1  # stored: no second check
     assert isinstance(again.model.lm_head, PackedLinear) is want
+
+
+@pytest.fixture
+def no_bf16_packing(monkeypatch):
+    """oneDNN as an AVX2-only CPU has it: packing a bfloat16 weight raises, float32 packs."""
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+
+    def refuse(weight, *args):
+        if weight.dtype == torch.bfloat16:
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+        return reorder(weight, *args)
+
+    packing_op.cache_clear()
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    yield
+    monkeypatch.undo()
+    packing_op.cache_clear()
+
+
+def test_where_the_cpu_cannot_pack_bfloat16_a_bfloat16_model_stays_dense_and_decodes(check, no_bf16_packing):
+    assert packing_op(torch.bfloat16) is None and packing_op(torch.float32) is not None
+    lm = tiny()
+    model = lm.model.to(torch.bfloat16)
+    assert cpu_kernels.packable(model) == [] and cpu_kernels.pick(model, None, "m") is False
+    assert check["checks"] == 0 and type(model.lm_head) is torch.nn.Linear  # nothing to time: dense, no error
+    prompt = list(range(3, 15))
+    ours = Decoder(LM(model, lm.tokenizer, lm.name), build("hybrid:bc=8"), max_new_tokens=12).generate(prompt).tokens
+    assert ours == model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):].tolist()
+    assert len(cpu_kernels.packable(tiny().model)) == 2 * 7 + 1  # float32 still packs
+
+
+def test_a_model_packs_exactly_where_this_cpu_packs_its_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        swaps = cpu_kernels.packable(tiny().model.to(dtype))
+        assert bool(swaps) == (packing_op(dtype) is not None), dtype  # this machine's answer, never an error
+    assert packing_op(torch.float64) is None
 
 
 def test_the_check_times_both_kernels_and_leaves_the_model_dense():

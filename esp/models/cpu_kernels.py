@@ -17,7 +17,7 @@ import time
 import torch
 
 from esp.models.cpu_dtype import CHECK_CONTEXT, CHECK_REPEATS, CHECK_ROUNDS, CHECK_ROWS, machine, verdict_path
-from esp.models.packed import DTYPES, PackedLinear, packing_op
+from esp.models.packed import PackedLinear, packing_op
 from esp.paths import write_atomic
 
 FASTER = 1.05  # packed weights are kept only when the check finds the model at least this much faster
@@ -27,16 +27,15 @@ Swap = tuple[torch.nn.Module, str, torch.nn.Linear, PackedLinear]  # (parent, at
 
 
 def packable(model) -> list[Swap]:
-    """Every nn.Linear of a CPU model in a dtype oneDNN packs, with its packed twin (none where this torch
-    cannot pack). The twins exist beside the dense layers until `use` drops one kind."""
-    if packing_op() is None:
-        return []
+    """Every nn.Linear of a CPU model in a dtype oneDNN packs here, with its packed twin (none where this torch
+    or this CPU cannot pack it). The twins exist beside the dense layers until `use` drops one kind."""
     embed = model.get_input_embeddings()
     shared = {id(embed.weight)} if embed is not None else set()
     out = []
     for parent in model.modules():
         for attr, child in parent.named_children():
-            if type(child) is torch.nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in DTYPES:
+            if type(child) is torch.nn.Linear and child.weight.device.type == "cpu" \
+                    and packing_op(child.weight.dtype) is not None:
                 out.append((parent, attr, child, PackedLinear(child, keep_dense=id(child.weight) in shared)))
     return out
 

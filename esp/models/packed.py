@@ -10,15 +10,19 @@ DTYPES = (torch.float32, torch.bfloat16)  # the dtypes oneDNN's packed linear ta
 
 
 @functools.cache
-def packing_op():
-    """oneDNN's (reorder, linear) ops, inductor's internal ones, or None where this torch lacks them or their first
-    call, on a packed weight or a plain one, does not answer as F.linear does (checked once a process)."""
+def packing_op(dtype: torch.dtype = torch.float32):
+    """oneDNN's (reorder, linear) ops for weights in `dtype`, inductor's internal ones, or None where this torch
+    lacks them, or this CPU cannot pack that dtype (bfloat16 needs AVX512-BW/VL/DQ or AVX-NE-CONVERT: an AVX2-only
+    CPU refuses it), or their first call, on a packed weight or a plain one, does not answer as F.linear does
+    (checked once a process per dtype)."""
     ops = torch.ops.mkldnn
-    if not torch.backends.mkldnn.is_available() or not hasattr(ops, "_linear_pointwise"):
+    if dtype not in DTYPES or not torch.backends.mkldnn.is_available() or not hasattr(ops, "_linear_pointwise"):
         return None
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
     try:
-        a, w = torch.randn(3, 8), torch.randn(5, 8)
-        ok = all(torch.allclose(ops._linear_pointwise(a, weight, None, "none", [], ""), a @ w.T, atol=1e-5)
+        a, w = torch.randn(3, 8).to(dtype), torch.randn(5, 8).to(dtype)
+        want = a.float() @ w.float().T
+        ok = all(torch.allclose(ops._linear_pointwise(a, weight, None, "none", [], "").float(), want, atol=tol, rtol=tol)
                  for weight in (w, ops._reorder_linear_weight(w)))
     except RuntimeError:
         ok = False
@@ -33,7 +37,7 @@ class PackedLinear(torch.nn.Linear):
     def __init__(self, linear: torch.nn.Linear, keep_dense: bool):
         torch.nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        reorder, self._linear = packing_op()
+        reorder, self._linear = packing_op(linear.weight.dtype)
         self.packed = reorder(linear.weight.detach())
         self.register_parameter("weight", linear.weight if keep_dense else None)
         self.register_parameter("bias", linear.bias)
