@@ -103,6 +103,31 @@ def _models_only_where_marked(request, monkeypatch):
     monkeypatch.setattr(loader, "_load", refuse)
 
 
+# A bench run in a test times its oracle curve (esp.bench.run's rounds of paired forwards: a sweep before the
+# questions, one more after each) at four widths over a short cache, once each, in place of esp.models.timing's
+# seventeen over 300 tokens, five times for a sweep: the run still sweeps, pools its rounds and prices every row on
+# that curve, in about a second a round where the whole grid takes 5 s (a sweep 17 s) on a 2-core AVX2 CPU. What
+# the curve is and how a run is priced on it: tests/test_oracle.py and tests/test_bench_protocol.py.
+NARROW_GRID = (1, 2, 4, 8)
+NARROW_CONTEXT = 32
+
+
+def narrow_samples(lm, grid: tuple[int, ...], repeats: int = 1) -> dict[int, list[tuple[float, float]]]:
+    """esp.models.timing.samples at NARROW_GRID over a NARROW_CONTEXT-token cache, one repeat, whatever `grid` and
+    `repeats` the run asks for."""
+    from esp.models.timing import samples
+
+    return samples(lm, NARROW_GRID, NARROW_CONTEXT, 1)
+
+
+@pytest.fixture(autouse=True)
+def _narrow_sweeps(monkeypatch):
+    """Every bench run in this process times narrow rounds (tests/narrow_bench.py: in a process of its own)."""
+    import esp.bench.run
+
+    monkeypatch.setattr(esp.bench.run, "samples", narrow_samples)
+
+
 @pytest.fixture(scope="session")
 def tree_at_start(request):
     """tree_state() as it was when the test session started (None outside a git checkout)."""

@@ -78,7 +78,7 @@ def test_the_oracle_is_priced_on_timings_spread_through_the_run_and_the_drafters
         return {1: [(one, one)], 2: [(two * one, one)], 4: [(four * one, one)]}
 
     monkeypatch.setattr(bench, "samples", timed)
-    monkeypatch.setenv("ESP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cost, "cache_dir", lambda: tmp_path / "costs")  # no stored curve (the converted model stays)
     monkeypatch.setattr(cost, "_CURVES", {})
     out = tmp_path / "r.json"
     qs = [q for q in spec_bench(1) if q["category"] in ("translation", "writing")]
@@ -94,7 +94,7 @@ def test_the_oracle_is_priced_on_timings_spread_through_the_run_and_the_drafters
         if r["method"] != bench.GENERATE:
             want = price(r["feeds"], curve.predict, 4)
             assert (r["fed_s"], r["oracle_s"], r["flat_s"]) == pytest.approx((want.fed_s, want.oracle_s, want.flat_s))
-    assert not (tmp_path / "cache" / "costs").exists()  # kept for pricing only: nothing stored for the drafters
+    assert not (tmp_path / "costs").exists()  # kept for pricing only: nothing stored for the drafters
     assert all(not c.scaled for c in cost._CURVES.values())  # ... which started from the default shape
     bench.main(args + ["--oracle-curve", "prior"])
     meta = json.loads(out.read_text())["meta"]
@@ -202,8 +202,8 @@ def _kill_after_first_question(argv: list[str], records) -> None:
 
     from conftest import ROOT
 
-    p = subprocess.Popen([sys.executable, "-m", "esp.bench", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "narrow_bench.py"), *argv], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
     try:
         deadline = time.monotonic() + 300
         while not (records.is_file() and records.read_text().count("\n") >= 1):

@@ -31,9 +31,10 @@ def test_without_a_launcher_it_is_a_world_of_one(monkeypatch):
 
 def _bench(tmp_path, name: str, launcher: list[str], extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"{name}.json"
-    args = ["-m", "esp.bench", "--questions", str(tmp_path / "q.jsonl"), "--methods", "ar,pld,esp:k=1:bc=10",
-            "--max-new-tokens", "8", "--warmup", "0", "--turns", "first", "--json", str(out),
-            "--markdown", str(tmp_path / f"{name}.md"), *extra]
+    # tests/narrow_bench.py: `python -m esp.bench` timing the narrow rounds of the suite's in-process runs
+    args = [str(ROOT / "tests" / "narrow_bench.py"), "--questions", str(tmp_path / "q.jsonl"),
+            "--methods", "ar,pld,esp:k=1:bc=10", "--max-new-tokens", "8", "--warmup", "0", "--turns", "first",
+            "--json", str(out), "--markdown", str(tmp_path / f"{name}.md"), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, *launcher, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
