@@ -110,6 +110,7 @@ def _models_only_where_marked(request, monkeypatch):
 # the curve is and how a run is priced on it: tests/test_oracle.py and tests/test_bench_protocol.py.
 NARROW_GRID = (1, 2, 4, 8)
 NARROW_CONTEXT = 32
+NARROW_BENCH = ROOT / "tests" / "narrow_bench.py"  # `python -m esp.bench` with these rounds, in a process of its own
 
 
 def narrow_samples(lm, grid: tuple[int, ...], repeats: int = 1) -> dict[int, list[tuple[float, float]]]:

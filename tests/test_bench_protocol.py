@@ -200,9 +200,9 @@ def _kill_after_first_question(argv: list[str], records) -> None:
     import sys
     import time
 
-    from conftest import ROOT
+    from conftest import NARROW_BENCH, ROOT
 
-    p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "narrow_bench.py"), *argv], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, str(NARROW_BENCH), *argv], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
     try:
         deadline = time.monotonic() + 300

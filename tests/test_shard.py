@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, spec_bench
+from conftest import NARROW_BENCH, ROOT, spec_bench
 from esp.bench.shard import Shard, start
 
 TIMED = ("seconds", "tokens_per_s", "fed_s", "oracle_s", "flat_s")  # the last three: priced on a curve swept per run
@@ -31,8 +31,7 @@ def test_without_a_launcher_it_is_a_world_of_one(monkeypatch):
 
 def _bench(tmp_path, name: str, launcher: list[str], extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"{name}.json"
-    # tests/narrow_bench.py: `python -m esp.bench` timing the narrow rounds of the suite's in-process runs
-    args = [str(ROOT / "tests" / "narrow_bench.py"), "--questions", str(tmp_path / "q.jsonl"),
+    args = [str(NARROW_BENCH), "--questions", str(tmp_path / "q.jsonl"),
             "--methods", "ar,pld,esp:k=1:bc=10", "--max-new-tokens", "8", "--warmup", "0", "--turns", "first",
             "--json", str(out), "--markdown", str(tmp_path / f"{name}.md"), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
