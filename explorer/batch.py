@@ -36,7 +36,7 @@ from .worker import error_data, setup_call, run_steps
 
 log = logging.getLogger("esp.app")
 WAIT_POLL_S = 0.5  # how often a waiting run checks its place (and its Stop)
-IDLE_S = 5.0  # the batch thread's longest sleep with no row to decode
+IDLE_S = 5.0  # the batch thread's longest sleep while a row waits for a run alone to end
 
 
 @dataclass(eq=False)
@@ -73,7 +73,8 @@ class SharedBatch:
         self._closed = threading.Event()
 
     def start(self) -> None:
-        """Start the batch's thread, once (it then waits for rows for as long as the server runs)."""
+        """Start the batch's thread unless it runs (it ends once no run waits for a row: `_end_idle`); call it after the
+        run's ticket has joined the line, so that a thread ending meanwhile sees the ticket or is started again."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="esp-batch", daemon=True)
@@ -94,6 +95,17 @@ class SharedBatch:
                     self._decode()
                 except Exception:  # noqa: BLE001 - a bug: its rows heard it (_decode); the thread goes on
                     log.exception("the shared batch failed")
+            if self._end_idle():
+                return
+
+    def _end_idle(self) -> bool:
+        """Let the thread end once no row runs or waits (the next run starts another: `start`), so that its OpenMP
+        pool goes with it (explorer.own_thread says why an idle pool costs the other threads' forwards)."""
+        with self._lock:
+            if self.line.wants_rows():
+                return False
+            self._thread = None
+            return True
 
     def _decode(self) -> None:
         """One batch, until its last row has gone: waiting rows join between steps, ended ones leave."""

@@ -41,6 +41,7 @@ from esp.sampling import Sampling
 from esp.trace import RunSummary, StepTrace
 
 from explorer import batch, emulation, gpu, line
+from explorer.own_thread import own_thread
 from explorer.recipe import Recipe
 from explorer.requests import Choice, LIMITS, METHOD, MODEL, PROMPT, SETTINGS, STEP, guard, run_settings
 from explorer.session import Session
@@ -77,7 +78,7 @@ WHATIF_TOKENS = 2  # a what-if decodes the stored root again, then one step
 
 def load_model(name: str, dtype: str = "float32") -> LM:
     with _load_lock:  # a bf16 copy too is made once, here, before the GPU call that uses it
-        return gpu.load_model(name, dtype)
+        return own_thread(gpu.load_model)(name, dtype)  # not on a request thread: explorer.own_thread
 
 
 def call_seconds(lm: LM, new_tokens: int) -> float | None:

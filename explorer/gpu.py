@@ -1,9 +1,10 @@
 """Where the app's GPU work runs, on which device, and for how long it may.
 
 Three modes, read from the environment at each call:
-- **local**: no `spaces`, a CPU machine or a dedicated GPU: a GPU function is a plain call in this process,
-  and the model is loaded on the default device (CUDA in the engine's dtype, else the CPU in fp32, or in
-  bf16 for a visitor who picks it where the CPU computes bf16 natively: `bf16_missing`).
+- **local**: no `spaces`, a CPU machine or a dedicated GPU: a GPU function is a call in this process, on a
+  thread of its own (`explorer.own_thread`), and the model is loaded on the default device (CUDA in the
+  engine's dtype, else the CPU in fp32, or in bf16 for a visitor who picks it where the CPU computes bf16
+  natively: `bf16_missing`).
 - **zerogpu**: on a ZeroGPU Space (the platform sets SPACES_ZERO_GPU): `spaces.GPU` runs each call in a
   worker forked from the main process. The main process loads the model on the CPU and never touches
   CUDA; each call moves the model to the GPU itself (`on_device`).
@@ -24,6 +25,7 @@ from esp.models.lm import LM
 from esp.models.loader import default_device, load
 
 from . import emulation
+from .own_thread import own_thread
 
 try:  # only present (and only active) on a Space; elsewhere the local mode needs nothing from it
     import spaces
@@ -68,10 +70,11 @@ def gpu(fn):
     process, in a ZeroGPU worker, or in the emulation's forked worker."""
     zero = spaces.GPU(fn, duration=_duration) if spaces is not None else fn
     emulated = emulation.worker_call(fn, _duration)
+    local = own_thread(fn)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        return {"local": fn, "zerogpu": zero, "emulated": emulated}[mode()](*args, **kwargs)
+        return {"local": local, "zerogpu": zero, "emulated": emulated}[mode()](*args, **kwargs)
 
     return call
 

@@ -132,6 +132,11 @@ class Line:
         with self.cond:
             return self.cond.wait_for(lambda: closed() or self._row_ready(), timeout) and not closed()
 
+    def wants_rows(self) -> bool:
+        """Whether a batch row is running or waiting to (a ticket with a key), admitted yet or not."""
+        with self.cond:
+            return bool(self.rows) or any(t.key is not None for t in self.waiting)
+
     def _row_ready(self) -> bool:
         if self.alone is not None or not self.waiting:
             return False

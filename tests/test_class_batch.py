@@ -177,6 +177,35 @@ def test_stop_while_waiting_ends_the_run_before_it_starts(shared):
     assert not one.line.waiting and not one.line.rows
 
 
+def test_the_batch_thread_ends_once_no_run_waits_and_the_next_run_starts_another(shared, monkeypatch):
+    """An idle batch thread ends (its OpenMP pool would slow every other thread's forwards: explorer.batch), but not
+    while a row waits behind a run that holds the model alone; a run after it ended starts a thread of its own."""
+    monkeypatch.setattr(batch, "IDLE_S", 0.02)
+    lm, one = shared(rows=2)
+    ids = repeated_prompt(0, lm.vocab_size)
+    token = StopToken.new()
+    run = batch.updates("m", ids, CLASS[0], token)
+    assert "meta" in next(run)
+    first = one._thread  # the row is in the batch, so its thread runs
+    assert list(run)[-1] == {"end": "done"}
+    first.join(10)
+    assert not first.is_alive() and one._thread is None
+    out: list[dict] = []
+    with batch.alone(("teacher", "t")):
+        page = threading.Thread(target=collect, args=(batch.updates("m", ids, CLASS[4], token), out))
+        page.start()
+        while one._thread is None or not out:
+            page.join(0.01)
+        waiting = one._thread
+        waiting.join(0.3)  # many idle timeouts while the row waits for the model
+        assert waiting.is_alive() and not any("step" in u for u in out)
+    page.join(60)
+    assert out[-1] == {"end": "done"}
+    want = alone(lm, ids, CLASS[4])
+    assert [t for st in steps_of(out) for t in st.emitted] == [t for st in want for t in st.emitted]
+    assert first is not waiting
+
+
 @pytest.mark.app
 def test_the_page_shows_a_waiting_runs_place_in_its_status_line(shared, monkeypatch, tiny_chat):
     from conftest import char_tokenizer

@@ -159,7 +159,7 @@ def test_the_emulation_aborts_at_the_duration_and_passes_only_the_error_class(em
 
 @pytest.mark.model
 def test_cuda_raises_in_the_main_process_only(emulated):
-    from esp.models.loader import load
+    from esp.models.loader import _load as load
     from explorer import emulation
 
     assert torch.cuda.is_available()  # as ZeroGPU makes it look in the main process
@@ -167,8 +167,8 @@ def test_cuda_raises_in_the_main_process_only(emulated):
         torch.zeros(2).to("cuda")
     with pytest.raises(RuntimeError, match="CUDA must not be initialised in the main process"):
         torch.cuda.synchronize()
-    with pytest.raises(RuntimeError, match="CUDA must not be initialised"):
-        load("embedded", dtype="float32")  # the default device would be CUDA: load on the CPU instead
+    with pytest.raises(RuntimeError, match="CUDA must not be initialised"):  # the default device would be CUDA
+        load.__wrapped__("embedded", None, "float32", None)  # a load, not the model an earlier test left cached
     assert torch.zeros(2).to("cpu", torch.float64).dtype == torch.float64
     assert emulation.worker_call(_cuda_seen, 30)() is False  # the worker sees the real CUDA
 
