@@ -12,7 +12,7 @@ import functools
 import inspect
 import queue
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 _END = object()
 
@@ -23,51 +23,50 @@ def own_thread(fn: Callable) -> Callable:
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def stream(*args, **kwargs):
-            items: queue.SimpleQueue = queue.SimpleQueue()
-            closed = threading.Event()
-
-            def pump() -> None:
-                gen = fn(*args, **kwargs)
-                try:
-                    for item in gen:
-                        items.put((item, None))
-                        if closed.is_set():
-                            break
-                except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-                    items.put((_END, e))
-                    return
-                finally:
-                    gen.close()
-                items.put((_END, None))
-
-            threading.Thread(target=pump, name=f"esp-{fn.__name__}", daemon=True).start()
-            try:
-                while True:
-                    item, error = items.get()
-                    if error is not None:
-                        raise error
-                    if item is _END:
-                        return
-                    yield item
-            finally:
-                closed.set()
+            yield from _relayed(fn(*args, **kwargs), fn.__name__)
         return stream
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        out: list = []
-
-        def run() -> None:
-            try:
-                out.append((fn(*args, **kwargs), None))
-            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-                out.append((None, e))
-
-        worker = threading.Thread(target=run, name=f"esp-{fn.__name__}", daemon=True)
-        worker.start()
-        worker.join()
-        result, error = out[0]
-        if error is not None:
-            raise error
+        [result] = _relayed(_once(fn, args, kwargs), fn.__name__)  # to its end: the thread has ended
         return result
     return call
+
+
+def _once(fn: Callable, args: tuple, kwargs: dict) -> Iterator:
+    yield fn(*args, **kwargs)
+
+
+def _relayed(gen: Iterator, name: str) -> Iterator:
+    """`gen`'s items, run on a thread of its own ahead of the reader (an item at a time into a queue); its exception,
+    if it raises, once the thread has ended. Closed early, the thread closes `gen` after the item in progress (not
+    waited for: Gradio closes a streaming handler's iterator from its event loop)."""
+    items: queue.SimpleQueue = queue.SimpleQueue()
+    closed = threading.Event()
+
+    def pump() -> None:
+        error = None
+        try:
+            for item in gen:
+                items.put((item, None))
+                if closed.is_set():
+                    break
+        except BaseException as e:  # noqa: BLE001 - raised again in the reader's thread
+            error = e
+        finally:
+            gen.close()
+        items.put((_END, error))
+
+    worker = threading.Thread(target=pump, name=f"esp-{name}", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = items.get()
+            if item is _END:
+                worker.join()
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        closed.set()
