@@ -199,6 +199,9 @@ def test_commit_keeps_prefix_and_accepted_rows_in_order():
     assert cache.layers[0].values[0, 1, :, 0].tolist() == [-0.0, -1, -2, -3, -4, -6, -9]
     commit(cache, 2, [0, 1])
     assert cache.layers[0].keys.shape[2] == 4
+    held = cache.layers[0].keys
+    commit(cache, 3, [0])  # a one-row step keeps all it fed: nothing to cut, and no layer is sliced again
+    assert cache.layers[0].keys is held and cache.layers[0].keys[0, 0, :, 0].tolist() == [0, 1, 2, 3]
 
 
 def test_mask_ema_follows_every_emitted_token_in_order(tiny_lm):

@@ -18,7 +18,10 @@ SIDES = ("keys", "values")
 def truncate(cache: DynamicCache, slots: int) -> None:
     """Keep the first `slots` slots of every row."""
     for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]
+        # A layer with nothing past `slots` is left as it is: a one-row step commits all it fed, and slicing
+        # every layer anyway took 0.11 ms a step (30 layers), 0.3% of a float32 step of the embedded model.
+        if layer.keys.shape[-2] > slots:
+            layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]
 
 
 def commit(cache: DynamicCache, past: int, rows: list[int]) -> None:
