@@ -255,3 +255,26 @@ def test_the_verifier_hands_over_its_choice_after_every_fed_node():
     greedy = check(tree, logits, 10, Sampling())
     assert (greedy.path, greedy.bonus) == ([0, 1, 3], 9) and greedy.choices[1:3] == [4, 6]
 
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", pytest.param("embedded", marks=pytest.mark.model)])
+def test_a_plain_step_is_the_models_own_step_bit_for_bit(request, tiny_lm, arch):
+    """A one-row step runs unmasked, as the model's own generate() runs it: every step after the prefill has the best
+    logits of the model's own forward over its own cache, exactly: on the embedded model in float32 (through an
+    additive mask they differed by up to 5e-5), and on tiny models before and past gemma3's 24-token sliding window.
+    The prefill's block mask may round apart from the model's causal kernel in the last bit."""
+    from transformers import DynamicCache
+
+    from esp.decoding.drafter import Drafter
+    from esp.decoding.engine import Decoder
+
+    lm = request.getfixturevalue("lm") if arch == "embedded" else tiny_lm(arch)
+    prompt = [random.Random(arch).randrange(lm.vocab_size) for _ in range(20)]
+    g = Decoder(lm, Drafter(), max_new_tokens=12).generate(prompt)
+    cache, fed, own = DynamicCache(), [prompt], []
+    with torch.inference_mode():
+        for t in g.tokens:
+            logits = lm.model(input_ids=torch.tensor([fed[-1]]), past_key_values=cache, use_cache=True).logits[0, -1]
+            own.append(logits.topk(TOP_K).values.tolist())
+            fed.append([t])
+    assert [s.top2[0][1::2] for s in g.steps[1:]] == own[1:]

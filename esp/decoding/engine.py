@@ -98,8 +98,10 @@ class Decoder:
         while True:
             run.begin()
             lay, lead = run.lay, run.lead
+            # A one-row step (plain decoding, or a step the drafter held to one row) sees the whole cache: no mask,
+            # so that it runs exactly as the model's own generate() runs it (esp.models.lm.LM.forward).
             mask = (lead_mask(lay, lead, lm.dtype, lm.device) if lead
-                    else self.layouts.additive(lay, run.past, lm.dtype, lm.device))
+                    else None if lay.size == 1 else self.layouts.additive(lay, run.past, lm.dtype, lm.device))
             positions, embeds = run.positions(), run.embeds()
             run.clock("forward")
             if timer is not None:

@@ -104,13 +104,15 @@ class LM:
         self,
         embeds: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         cache: DynamicCache,
         layers: bool = False,
         max_pos: int | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-        """One forward over a block. `mask` is (1, 1, q, past + q) additive; returns post-norm hidden
-        rows (q, H) and, if asked, every layer's hidden states (embeddings first, post-norm last).
+        """One forward over a block. `mask` is (1, 1, q, past + q) additive, or None for one row that sees
+        every cached token (a plain decoding step: the model then runs it as its own `generate()` does, with
+        the same attention kernel and so the same logits, and faster than through an additive mask); returns
+        post-norm hidden rows (q, H) and, if asked, every layer's hidden states (embeddings first, post-norm last).
         A batch: (B, q, H) embeddings, (B, q) positions and a (B, 1, q, past + q) mask give (B, q, H).
         `max_pos`, the largest of `positions` when the caller knows it, spares a device read."""
         batched = embeds.dim() == 3
@@ -119,7 +121,8 @@ class LM:
         quirks = self._quirks
         if quirks.layer_types:
             top = int(pos.max()) if max_pos is None and quirks.window else max_pos
-            attn = {t: self._windowed(mask, pos, top) if t == "sliding_attention" else mask for t in quirks.layer_types}
+            attn = {t: self._windowed(mask, pos, top, cache) if t == "sliding_attention" else mask
+                    for t in quirks.layer_types}
         out = self._modules.decoder(
             inputs_embeds=embeds if batched else embeds[None],
             attention_mask=attn,
@@ -133,12 +136,16 @@ class LM:
         hs = tuple(h[0] for h in out.hidden_states) if layers else None
         return out.last_hidden_state[0], hs
 
-    def _windowed(self, mask: torch.Tensor, qpos: torch.Tensor, top: int | None) -> torch.Tensor:
-        """`mask` with keys a window or more behind each query blocked; `qpos` is (B, q). A row's cached
-        slot j holds its position j (both loops keep each row's tokens in order from slot 0)."""
+    def _windowed(self, mask: torch.Tensor | None, qpos: torch.Tensor, top: int | None,
+                  cache: DynamicCache) -> torch.Tensor | None:
+        """`mask` (None: every cached key visible) with keys a window or more behind each query blocked; `qpos` is
+        (B, q). A row's cached slot j holds its position j (both loops keep each row's tokens in order from slot 0)."""
         window = self._quirks.window
         if not window or top < window:
             return mask
+        if mask is None:
+            mask = torch.zeros(qpos.shape[0], 1, qpos.shape[1], cache.get_seq_length() + qpos.shape[1],
+                               dtype=self.dtype, device=self.device)
         past = mask.shape[-1] - qpos.shape[-1]
         kpos = torch.cat([torch.arange(past, device=qpos.device).expand(qpos.shape[0], -1), qpos], 1)
         far = (qpos[:, :, None] - kpos[:, None, :]) >= window
