@@ -256,7 +256,6 @@ def test_the_verifier_hands_over_its_choice_after_every_fed_node():
     assert (greedy.path, greedy.bonus) == ([0, 1, 3], 9) and greedy.choices[1:3] == [4, 6]
 
 
-
 @pytest.mark.parametrize("arch", ["llama", "gemma3", pytest.param("embedded", marks=pytest.mark.model)])
 def test_a_plain_step_is_the_models_own_step_bit_for_bit(request, tiny_lm, arch):
     """A one-row step runs unmasked, as the model's own generate() runs it: every step after the prefill has the best
@@ -271,10 +270,9 @@ def test_a_plain_step_is_the_models_own_step_bit_for_bit(request, tiny_lm, arch)
     lm = request.getfixturevalue("lm") if arch == "embedded" else tiny_lm(arch)
     prompt = [random.Random(arch).randrange(lm.vocab_size) for _ in range(20)]
     g = Decoder(lm, Drafter(), max_new_tokens=12).generate(prompt)
-    cache, fed, own = DynamicCache(), [prompt], []
+    cache, own = DynamicCache(), []
     with torch.inference_mode():
-        for t in g.tokens:
-            logits = lm.model(input_ids=torch.tensor([fed[-1]]), past_key_values=cache, use_cache=True).logits[0, -1]
+        for fed in [prompt, *([t] for t in g.tokens[:-1])]:  # what each step fed: the prompt, then one token
+            logits = lm.model(input_ids=torch.tensor([fed]), past_key_values=cache, use_cache=True).logits[0, -1]
             own.append(logits.topk(TOP_K).values.tolist())
-            fed.append([t])
     assert [s.top2[0][1::2] for s in g.steps[1:]] == own[1:]
