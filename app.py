@@ -14,12 +14,12 @@ from types import SimpleNamespace
 from typing import Callable
 
 import gradio as gr
-import plotly
 import torch
 
 from components.captions import CAPTIONS
 from components.compare_view import COLUMNS
 from components.eye_view import NO_EYE
+from components import plotly_bundle
 from components.lecture import PARTS_CSS, PLAYER_JS, PLOTLY_VERSION, figure_box, speed_box
 from components.lens_view import NO_LENS
 from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
@@ -43,9 +43,9 @@ DELETE_CACHE = (600, SESSION_TTL_S)
 # The events that open a stored run for the player (no model) share this many workers
 # (LIMITS.render_concurrency).
 RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "views"}
-# The page's player (components/lecture.py PLAYER_JS) draws with the Plotly.js that plotly.py writes its figures
-# for, served once from plotly's own package (launch's allowed_paths) and loaded by assets/explorer.js.
-PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+# The page's player (components/lecture.py PLAYER_JS) draws with the players' Plotly.js (components/plotly_bundle.py),
+# served as a file (launch's allowed_paths) and loaded by assets/explorer.js.
+PLOTLY_JS = plotly_bundle.PATH
 # The hidden box the server's messages to the player arrive in (explorer.views.payload); the page's script feeds
 # each to the player.
 FEED_JS = ("watch('value', () => { const v = props.value;"

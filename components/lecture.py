@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from esp.trace import StepTrace
 
@@ -32,12 +31,13 @@ from .eye_view import NO_EYE
 from .frames import HEIGHTS, figure_json, markdown_html, run_data, step_frames
 from .lens_view import NO_LENS
 from .palette import FOCUS
+from .plotly_bundle import VERSION as PLOTLY_VERSION
+from .plotly_bundle import source as plotly_source
 from .story_player import STORY_CSS, STORY_JS, story_markup, story_run
 
 PERIOD_MS = 500  # Play: two steps a second
 # Play's speed box, in steps a second: slowest, fastest, its step, and the default (PERIOD_MS).
 SPEEDS = {"min": 0.25, "max": 10, "step": 0.25, "value": 1000 / PERIOD_MS}
-PLOTLY_VERSION = get_plotlyjs_version()
 # In a <script> element the HTML parser ends the data at "</script" and JavaScript ends a line at U+2028/9:
 # these characters go in as JSON's own \u escapes, which JSON.parse reads back unchanged.
 _SCRIPT_SAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028",
@@ -83,8 +83,8 @@ def player_markup(steps: Sequence[StepTrace | dict], first: str = "") -> str:
 
 @functools.lru_cache(maxsize=1)
 def packed_plotly() -> str:
-    """Plotly.js (the version plotly.py draws for), gzip-compressed and base64-encoded."""
-    return base64.b64encode(gzip.compress(get_plotlyjs().encode(), compresslevel=9, mtime=0)).decode()
+    """The players' Plotly.js (components/plotly_bundle.py), gzip-compressed and base64-encoded."""
+    return base64.b64encode(gzip.compress(plotly_source().encode(), compresslevel=9, mtime=0)).decode()
 
 
 def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,

@@ -4,6 +4,8 @@ notebook it writes the lecture file and says where; the widget's HTML export pla
 example notebook runs headless."""
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 import subprocess
@@ -14,6 +16,7 @@ import pytest
 
 import esp
 import esp.notebook
+from components import plotly_bundle
 from components.lecture import lecture_html
 from components.notebook import export_html, runs_of
 from conftest import ROOT
@@ -47,7 +50,9 @@ def test_the_widget_bundle_of_a_shipped_trace_holds_the_apps_views(kernel):
     assert data[WIDGET_MIME]["model_id"] == player.model_id
     state = player.get_state()
     assert "function espPlayer(" in state["_esm"] and "export default { render }" in state["_esm"]
-    assert len(state["plotly"]) > 10**6 and state["version"]  # Plotly.js inside: nothing to fetch
+    # The players' Plotly.js inside: nothing to fetch
+    assert gzip.decompress(base64.b64decode(state["plotly"])).decode() == plotly_bundle.source()
+    assert state["version"] == plotly_bundle.VERSION
     (run,) = state["runs"]
     meta, steps = esp.notebook.views("export").read_trace_json(TRACE)
     assert len(run["frames"]) == len(steps) and f'max="{len(steps) - 1}"' in run["markup"]
