@@ -16,11 +16,11 @@ from typing import Callable
 import gradio as gr
 import torch
 
+from components import plotly_bundle
 from components.captions import CAPTIONS
 from components.compare_view import COLUMNS
 from components.eye_view import NO_EYE
-from components import plotly_bundle
-from components.lecture import PARTS_CSS, PLAYER_JS, PLOTLY_VERSION, figure_box, speed_box
+from components.lecture import PARTS_CSS, PLAYER_JS, figure_box, speed_box
 from components.lens_view import NO_LENS
 from components.size_view import ablation_figure, ablation_sentences, size_figure, size_sentences
 from components.story_player import STORY_CSS, STORY_JS, story_markup
@@ -43,9 +43,6 @@ DELETE_CACHE = (600, SESSION_TTL_S)
 # The events that open a stored run for the player (no model) share this many workers
 # (LIMITS.render_concurrency).
 RENDER = {"concurrency_limit": LIMITS.render_concurrency, "concurrency_id": "views"}
-# The page's player (components/lecture.py PLAYER_JS) draws with the players' Plotly.js (components/plotly_bundle.py),
-# served as a file (launch's allowed_paths) and loaded by assets/explorer.js.
-PLOTLY_JS = plotly_bundle.PATH
 # The hidden box the server's messages to the player arrive in (explorer.views.payload); the page's script feeds
 # each to the player.
 FEED_JS = ("watch('value', () => { const v = props.value;"
@@ -540,7 +537,9 @@ def launch_options() -> dict:
     """Theme, CSS and the page's scripts (the player, components/lecture.py; keys, link state, tour spotlight,
     theme switch: assets/explorer.js) with the Plotly.js the player loads, which Gradio 6 takes at launch, the
     upload cap, and the bound on the sessions whose state the server keeps."""
-    plotly_js = {"src": f"gradio_api/file={PLOTLY_JS}", "version": PLOTLY_VERSION}
+    # The player draws with the players' Plotly.js (components/plotly_bundle.py), served as a file (allowed_paths)
+    # and loaded by assets/explorer.js.
+    plotly_js = {"src": f"gradio_api/file={plotly_bundle.PATH}", "version": plotly_bundle.VERSION}
     return {"theme": gr.themes.Soft(primary_hue="emerald"), "css_paths": [ASSETS / "app.css"],
             "max_file_size": MAX_TRACE_BYTES,  # an upload is a trace: refused above its cap before it is stored
             # The first screen's rules are not scoped to Gradio's container: they read a class on <html>.
@@ -548,7 +547,7 @@ def launch_options() -> dict:
                      f"<script>window.ESP_PLOTLY = {json.dumps(plotly_js)};\n"
                      f"window.ESP_OPENING = {json.dumps(calls.OPENING)};\n{PLAYER_JS}{STORY_JS}</script>"
                      f"<script>{(ASSETS / 'explorer.js').read_text()}</script>"),
-            "allowed_paths": [str(PLOTLY_JS)], "state_session_capacity": LIMITS.max_sessions,
+            "allowed_paths": [str(plotly_bundle.PATH)], "state_session_capacity": LIMITS.max_sessions,
             # A run waiting in the model's line holds a worker thread: Gradio's 40 stay for everything else.
             "max_threads": 40 + LIMITS.line_size}
 

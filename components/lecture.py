@@ -30,9 +30,8 @@ from .common import THEMES, as_steps
 from .eye_view import NO_EYE
 from .frames import HEIGHTS, figure_json, markdown_html, run_data, step_frames
 from .lens_view import NO_LENS
+from . import plotly_bundle
 from .palette import FOCUS
-from .plotly_bundle import VERSION as PLOTLY_VERSION
-from .plotly_bundle import source as plotly_source
 from .story_player import STORY_CSS, STORY_JS, story_markup, story_run
 
 PERIOD_MS = 500  # Play: two steps a second
@@ -84,7 +83,7 @@ def player_markup(steps: Sequence[StepTrace | dict], first: str = "") -> str:
 @functools.lru_cache(maxsize=1)
 def packed_plotly() -> str:
     """The players' Plotly.js (components/plotly_bundle.py), gzip-compressed and base64-encoded."""
-    return base64.b64encode(gzip.compress(plotly_source().encode(), compresslevel=9, mtime=0)).decode()
+    return base64.b64encode(gzip.compress(plotly_bundle.source().encode(), compresslevel=9, mtime=0)).decode()
 
 
 def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
@@ -100,7 +99,7 @@ def lecture_html(steps: Sequence[StepTrace | dict], meta: Mapping,
         "title": html.escape(run_title(steps, meta)), "prompt": html.escape(str(meta.get("prompt", ""))),
         "css": PLAYER_CSS + STORY_CSS, "player": player_markup(steps, story_markup(first["story"])),
         "script": PLAYER_JS + STORY_JS, "period": str(PERIOD_MS),
-        "plotly": packed_plotly(), "version": script_json(PLOTLY_VERSION),
+        "plotly": packed_plotly(), "version": script_json(plotly_bundle.VERSION),
         "run": script_json(run_data(steps, meta)), "figures": script_json(shown), "first": script_json(first)})
 
 

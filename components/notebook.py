@@ -17,10 +17,11 @@ from esp.api import Result
 from esp.errors import ESPError
 from esp.trace import StepTrace
 
+from . import plotly_bundle
 from .export import read_trace_json
 from .palette import FOCUS, REJECTED
 from .frames import run_data
-from .lecture import PERIOD_MS, PLAYER_CSS, PLAYER_JS, PLOTLY_VERSION, fill, packed_plotly, player_markup, script_json
+from .lecture import PERIOD_MS, PLAYER_CSS, PLAYER_JS, fill, packed_plotly, player_markup, script_json
 from .stats import run_summary
 
 TAKES = ("esp.show takes a Result of esp.decode (or a list of them), the StepTraces of esp.stream, a trace JSON "
@@ -129,7 +130,7 @@ def widget_state(runs: list[Run]) -> dict:
     """The widget's synced data (STATE): per run its markup and run_data, and Plotly.js packed once."""
     return {"runs": [{"label": r.label, "markup": run_head(r) + "\n" + player_markup(r.steps),
                       **run_data(r.steps, r.meta), "figures": []} for r in runs],
-            "plotly": packed_plotly(), "version": PLOTLY_VERSION, "period": PERIOD_MS}
+            "plotly": packed_plotly(), "version": plotly_bundle.VERSION, "period": PERIOD_MS}
 
 
 # The widget's module (anywidget's `_esm`): the lecture player's script, and a render() that puts one player per

@@ -9,7 +9,6 @@ To move to another version: `npm pack plotly.js-cartesian-dist-min@V`, with V pl
 (tests/test_plotly_bundle.py fails until the two versions agree)."""
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -25,7 +24,6 @@ def _version() -> str:
 VERSION = _version()
 
 
-@functools.lru_cache(maxsize=1)
 def source() -> str:
-    """The bundle's text."""
+    """The bundle's text (read on each call: the homes that pack it keep the packed copy, lecture.packed_plotly)."""
     return PATH.read_text(encoding="utf-8")
